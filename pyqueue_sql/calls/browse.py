@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .. import dialects, errors
+from .. import dialects, errors, statements
 from ..dialects import key_value, text_value, whole_number
 from ..rows import GroupInfo, Horizon, MessageRow, ThroughputRow, group_from_row, read_headers
 from ..sansio import SansIO, sans_io, statement_call
@@ -18,7 +18,7 @@ def throughput_steps(
 ) -> SansIO:
     if isinstance(since, dt.timedelta):
         since = dt.datetime.now(dt.timezone.utc) - since
-    rows = yield statement_call("throughput", queue=queue, since=d.codec.time(since, "since"))
+    rows = yield statement_call(statements.THROUGHPUT, queue=queue, since=d.codec.time(since, "since"))
     return [
         ThroughputRow(q, d.codec.read_time(minute), int(c), int(dl), int(mv), int(pp))
         for q, minute, c, dl, mv, pp in rows
@@ -50,7 +50,7 @@ class BrowseCalls(QueueCallsBase):
             raise errors.InvalidArgumentError("after must be a MessageRow or a (key, kind) pair")
         d = self.db.dialect
         rows = yield statement_call(
-            "messages",
+            statements.MESSAGES,
             queue=self.name,
             state=text_value(state, "state"),
             key_prefix=key_value(key_prefix, "key_prefix"),
@@ -86,7 +86,7 @@ class BrowseCalls(QueueCallsBase):
         many messages it holds."""
         return [
             group_from_row(row)
-            for row in (yield statement_call("groups", queue=self.name, n=whole_number(n, "n")))
+            for row in (yield statement_call(statements.GROUPS, queue=self.name, n=whole_number(n, "n")))
         ]
 
     @sans_io
@@ -111,7 +111,9 @@ class BrowseDatabaseCalls(DatabaseCallsBase):
         (queue_horizon; docs/operations.md, "A long transaction"): the oldest holder's age in
         seconds, the backlog behind it and who it is (pyqueue_sql.rows.Horizon)."""
         d = self.dialect
-        [(age, backlog, holder, pid, user, state, xact_start, query_start)] = yield statement_call("horizon")
+        [(age, backlog, holder, pid, user, state, xact_start, query_start)] = yield statement_call(
+            statements.HORIZON
+        )
         texts = [
             None if v is None else v.decode() if isinstance(v, bytes) else str(v)
             for v in (holder, user, state)
