@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .. import errors
+from .. import errors, statements
 from ..dialects import key_value, text_value, whole_number
 from ..rows import DeadLetter, HistoryRow, MessageInfo, read_headers
 from ..sansio import sans_io, statement_call
@@ -22,7 +22,7 @@ class HistoryCalls(QueueCallsBase):
         attempts, last error...), or None when there is none."""
         d = self.db.dialect
         rows = yield statement_call(
-            "message", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+            statements.MESSAGE, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         if not rows:
             return None
@@ -61,7 +61,7 @@ class HistoryCalls(QueueCallsBase):
         most 100; only kept when the queue has a history_retention)."""
         d = self.db.dialect
         rows = yield statement_call(
-            "message_history", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+            statements.MESSAGE_HISTORY, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         return [
             HistoryRow(d.codec.read_time(at), str(outcome), to_queue, int(attempts), reserved_by, last_error)
@@ -71,7 +71,9 @@ class HistoryCalls(QueueCallsBase):
     @sans_io
     def purge_history(self, n: int | None = None) -> int:
         """Deletes up to n (None = 10000) history rows past this queue's history_retention; returns how many."""
-        return int((yield statement_call("purge_history", queue=self.name, n=whole_number(n, "n")))[0][0])
+        return int(
+            (yield statement_call(statements.PURGE_HISTORY, queue=self.name, n=whole_number(n, "n")))[0][0]
+        )
 
     @sans_io
     def replay(self, start: dt.datetime | None = None, end: dt.datetime | None = None) -> int:
@@ -83,7 +85,7 @@ class HistoryCalls(QueueCallsBase):
         return int(
             (
                 yield statement_call(
-                    "replay",
+                    statements.REPLAY,
                     queue=self.name,
                     start=d.codec.time(start, "start"),
                     end=d.codec.time(end, "end"),
@@ -99,7 +101,7 @@ class HistoryCalls(QueueCallsBase):
         return int(
             (
                 yield statement_call(
-                    "redrive",
+                    statements.REDRIVE,
                     queue=self.name,
                     to_queue=text_value(target, "to_queue"),
                     n=whole_number(n, "n"),
@@ -127,7 +129,7 @@ class HistoryCalls(QueueCallsBase):
                 last_error,
                 read_headers(d, row, 11),
             )
-            for row in (yield statement_call("dead_letters", queue=self.name))
+            for row in (yield statement_call(statements.DEAD_LETTERS, queue=self.name))
             for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error, *_ in (
                 row,
             )
