@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .. import statements
 from ..dialects import Duration, Row, text_value, whole_number
 from ..rows import Message, Reservation, read_headers, reservations_from_rows
 from ..sansio import ONE_TRANSACTION, chunk_sizes, sans_io, statement_call
@@ -30,7 +31,7 @@ class ReserveCalls(QueueCallsBase):
                 d.codec.read_time(created),
                 read_headers(d, row, 6),
             )
-            for row in (yield statement_call("pop", queue=self.name, n=whole_number(n, "n")))
+            for row in (yield statement_call(statements.POP, queue=self.name, n=whole_number(n, "n")))
             for key, kind, payload, priority, attempts, created, *_ in (row,)
         ]
 
@@ -58,7 +59,7 @@ class ReserveCalls(QueueCallsBase):
             yield ONE_TRANSACTION
         rows: list[Row] = []
         for size in sizes:
-            got = yield statement_call("reserve", **params, n=size)
+            got = yield statement_call(statements.RESERVE, **params, n=size)
             rows += got
             if len(sizes) == 1 or len(got) < size:
                 break
