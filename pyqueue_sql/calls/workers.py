@@ -8,7 +8,7 @@ import os
 import socket
 from collections.abc import Sequence
 
-from .. import errors
+from .. import errors, statements
 from ..dialects import Duration, text_value, whole_number
 from ..rows import WorkerInfo, WorkerRegistration
 from ..sansio import sans_io, statement_call
@@ -36,7 +36,7 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
             tuple(row)
             for row in (
                 yield statement_call(
-                    "worker_register",
+                    statements.WORKER_REGISTER,
                     name=text_value(name, "name"),
                     host=text_value(host, "host"),
                     pid=whole_number(pid, "pid"),
@@ -52,7 +52,9 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         the registration's secret is not that worker's."""
         reg = registration_arg(registration)
         return bool(
-            (yield statement_call("worker_heartbeat", worker_id=reg.worker_id, secret=reg.secret))[0][0]
+            (yield statement_call(statements.WORKER_HEARTBEAT, worker_id=reg.worker_id, secret=reg.secret))[
+                0
+            ][0]
         )
 
     @sans_io
@@ -60,7 +62,9 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         """Removes the registration; False when it is gone already or the secret is not that worker's."""
         reg = registration_arg(registration)
         return bool(
-            (yield statement_call("worker_deregister", worker_id=reg.worker_id, secret=reg.secret))[0][0]
+            (yield statement_call(statements.WORKER_DEREGISTER, worker_id=reg.worker_id, secret=reg.secret))[
+                0
+            ][0]
         )
 
     @sans_io
@@ -69,7 +73,8 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         return int(
             (
                 yield statement_call(
-                    "release_dead_workers", older_than=self.dialect.codec.duration(older_than, "older_than")
+                    statements.RELEASE_DEAD_WORKERS,
+                    older_than=self.dialect.codec.duration(older_than, "older_than"),
                 )
             )[0][0]
         )
@@ -78,7 +83,9 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
     def workers(self) -> list[WorkerInfo]:
         d = self.dialect
         out = []
-        for wid, name, host, pid, queues, started, beat, age, reserve_as in (yield statement_call("workers")):
+        for wid, name, host, pid, queues, started, beat, age, reserve_as in (
+            yield statement_call(statements.WORKERS)
+        ):
             if isinstance(queues, (str, bytes, bytearray)):
                 queues = d.codec.read_payload(queues)
             out.append(
