@@ -392,7 +392,9 @@ class Database(DatabaseCalls):
             del self._result_listens[channel]
             d = self.dialect
             with contextlib.suppress(Exception), self.connection.cursor() as cur:
-                cur.execute(d.admin.compose(d.statement("unlisten"), channel=d.admin.identifier(channel)))
+                cur.execute(
+                    d.admin.compose(d.statement(statements.UNLISTEN), channel=d.admin.identifier(channel))
+                )
 
     def _await_result_note(self, channel: str, key: str, kind: str, seconds: float) -> None:
         """Reads notifications up to `seconds`, until one announces this message's result."""

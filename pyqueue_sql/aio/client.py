@@ -212,7 +212,7 @@ class AsyncDatabase(DatabaseCalls):
                     return
                 async with self._connection.cursor() as cur:
                     await cur.execute(
-                        d.admin.compose(d.statement("unlisten"), channel=d.admin.identifier(channel))
+                        d.admin.compose(d.statement(statements.UNLISTEN), channel=d.admin.identifier(channel))
                     )
 
     async def _read_result_notes(self) -> None:

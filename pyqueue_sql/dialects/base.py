@@ -33,6 +33,7 @@ from typing import Any, TypeAlias, overload
 
 from .. import errors
 from ..queries import queries, split_script
+from ..statements import Statement
 
 UTC = dt.timezone.utc
 
@@ -335,7 +336,7 @@ class Dialect:
     install_note: str = ""
     # Named statements that must run in a transaction of their own when the
     # caller has none (see Database.call).
-    own_transaction_statements: frozenset[str] = frozenset()
+    own_transaction_statements: frozenset[Statement] = frozenset()
 
     # The driver modules (sync, asyncio) and the extras that install them.
     driver: tuple[str, str] = ("", "")
@@ -437,24 +438,27 @@ class Dialect:
             raise
 
     # -- statements ------------------------------------------------------
-    def run(self, connection: Connection, name: str, params: Params) -> list[Row]:
+    def run(self, connection: Connection, name: Statement, params: Params) -> list[Row]:
         """Runs a named statement and returns all rows of its (single) result set."""
         raise NotImplementedError
 
-    def run_sets(self, connection: Connection, name: str, params: Params) -> list[list[Row]]:
+    def run_sets(self, connection: Connection, name: Statement, params: Params) -> list[list[Row]]:
         """Every result set of a named statement (PostgreSQL routines send one)."""
         return [self.run(connection, name, params)]
 
-    async def run_async(self, connection: AsyncConnection, name: str, params: Params) -> list[Row]:
+    async def run_async(self, connection: AsyncConnection, name: Statement, params: Params) -> list[Row]:
         """run on an asyncio connection."""
         raise NotImplementedError
 
-    async def run_sets_async(self, connection: AsyncConnection, name: str, params: Params) -> list[list[Row]]:
+    async def run_sets_async(
+        self, connection: AsyncConnection, name: Statement, params: Params
+    ) -> list[list[Row]]:
         """run_sets on an asyncio connection."""
         return [await self.run_async(connection, name, params)]
 
-    def statement(self, name: str) -> str:
-        return queries(self.name)[name]
+    def statement(self, statement: Statement) -> str:
+        """A declared statement's text in this dialect's queries.sql."""
+        return queries(self.name)[statement]
 
     def run_script(self, cursor: Cursor, text: str) -> None:
         """Runs a whole SQL script (an install or migration file) on a DB-API cursor, without
@@ -512,7 +516,7 @@ class Dialect:
             raise
 
     def run_in_own_transaction(
-        self, connection: Connection, name: str, params: Params, all_sets: bool = False
+        self, connection: Connection, name: Statement, params: Params, all_sets: bool = False
     ) -> list[Row] | list[list[Row]]:
         """A named statement in a transaction of its own: BEGIN, the statement, COMMIT; ROLLBACK
         when it raises (then its error goes on). Its rows as run (all_sets: as run_sets)."""
@@ -527,7 +531,7 @@ class Dialect:
         return rows
 
     async def run_in_own_transaction_async(
-        self, connection: AsyncConnection, name: str, params: Params, all_sets: bool = False
+        self, connection: AsyncConnection, name: Statement, params: Params, all_sets: bool = False
     ) -> list[Row] | list[list[Row]]:
         """run_in_own_transaction on an asyncio connection."""
         await self.begin_async(connection)

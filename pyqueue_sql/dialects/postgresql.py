@@ -7,8 +7,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .. import errors
+from .. import errors, statements
 from ..queries import split_script
+from ..statements import Statement
 from .base import (
     Admin,
     AsyncConnection,
@@ -227,7 +228,7 @@ class PostgreSQL(Dialect):
         connection.autocommit = True
 
     # -- statements ------------------------------------------------------
-    def run(self, connection: Connection, name: str, params: Params) -> list[Row]:
+    def run(self, connection: Connection, name: Statement, params: Params) -> list[Row]:
         import psycopg
 
         try:
@@ -242,7 +243,7 @@ class PostgreSQL(Dialect):
                 raise
             raise mapped from exc
 
-    async def run_async(self, connection: AsyncConnection, name: str, params: Params) -> list[Row]:
+    async def run_async(self, connection: AsyncConnection, name: Statement, params: Params) -> list[Row]:
         """run on a psycopg AsyncConnection: the same statement, the same errors."""
         import psycopg
 
@@ -258,7 +259,9 @@ class PostgreSQL(Dialect):
                 raise
             raise mapped from exc
 
-    def _driver_error(self, name: str, exc: psycopg.Error, exists: bool | None) -> errors.QueueError | None:
+    def _driver_error(
+        self, name: Statement, exc: psycopg.Error, exists: bool | None
+    ) -> errors.QueueError | None:
         """The pyqueue_sql exception for a psycopg error of the named statement, or None to raise it
         as it is. exists: whether the routine an UndefinedFunction names is in the catalog (None:
         not known)."""
@@ -342,7 +345,9 @@ class PostgreSQLListener(Listener):
 
         with connection.cursor() as cur:
             for channel in channels:
-                cur.execute(sql.SQL(self.dialect.statement("listen")).format(channel=sql.Identifier(channel)))
+                cur.execute(
+                    sql.SQL(self.dialect.statement(statements.LISTEN)).format(channel=sql.Identifier(channel))
+                )
 
     def wait_for_notification(self, connection: Connection, timeout: float) -> list[tuple[str, str]]:
         return [(note.channel, note.payload) for note in connection.notifies(timeout=timeout, stop_after=1)]
@@ -354,7 +359,7 @@ class PostgreSQLListener(Listener):
         async with connection.cursor() as cur:
             for channel in channels:
                 await cur.execute(
-                    sql.SQL(self.dialect.statement("listen")).format(channel=sql.Identifier(channel))
+                    sql.SQL(self.dialect.statement(statements.LISTEN)).format(channel=sql.Identifier(channel))
                 )
 
     async def wait_for_notification_async(

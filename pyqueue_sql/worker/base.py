@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import dialects, errors
+from .. import dialects, errors, statements
 from ..client import WorkerRegistration, default_worker_name
 from .batches import BatchLanes
 from .dispatch import Dispatch, RetryDue
@@ -141,7 +141,7 @@ class WorkerBase(BatchLanes, Dispatch, FailurePolicy, Registry, Shutdown, Watch)
         # 20 ms, 1,000 messages, 2026-11-24, when the client opened the transaction on MariaDB too);
         # commit_reserve=True asks for it anyway.
         self.commit_reserve = (
-            "commit_reserve" not in self.dialect.own_transaction_statements
+            statements.COMMIT_RESERVE not in self.dialect.own_transaction_statements
             if commit_reserve is None
             else bool(commit_reserve)
         )
