@@ -333,6 +333,21 @@ class IngestFlushRow(NamedTuple):
     rejected: RowValue
 
 
+class IngestRejectsRow(NamedTuple):
+    reason: RowValue
+    messages: RowValue
+
+
+class GranteeScopeRow(NamedTuple):
+    grantee: RowValue
+    scope: RowValue
+
+
+class AccountRoleRow(NamedTuple):
+    role_name: RowValue
+    role_host: RowValue
+
+
 # -- the statements, by the topics of queries.sql ---------------------------------------------------
 
 # -- queues ------------------------------------------------------------------------------------
@@ -536,10 +551,10 @@ REVOKE_EXECUTE = Statement("revoke_execute", template=True)
 GRANT_TABLE = Statement("grant_table", template=True)
 REVOKE_TABLE = Statement("revoke_table", template=True)
 INGEST_REJECT_MARK = Statement("ingest_reject_mark", returns=VALUE, only="mysql")
-INGEST_REJECTS = Statement("ingest_rejects", params=("mark", "queue"), returns=VALUE, only="mysql")
-TEMPORARY_TABLE_GRANTEES = Statement("temporary_table_grantees", returns=VALUE, only="mysql")
-ACCOUNT_ROLES = Statement("account_roles", returns=VALUE, only="mysql", positional=2)
-ACCOUNT_ROLES_MYSQL8 = Statement("account_roles_mysql8", returns=VALUE, only="mysql", positional=2)
+INGEST_REJECTS = Statement("ingest_rejects", params=("mark", "queue"), returns=IngestRejectsRow, only="mysql")
+TEMPORARY_TABLE_GRANTEES = Statement("temporary_table_grantees", returns=GranteeScopeRow, only="mysql")
+ACCOUNT_ROLES = Statement("account_roles", returns=AccountRoleRow, only="mysql", positional=2)
+ACCOUNT_ROLES_MYSQL8 = Statement("account_roles_mysql8", returns=AccountRoleRow, only="mysql", positional=2)
 SESSION_SQL_MODE = Statement("session_sql_mode", returns=VALUE, only="mysql")
 FORBID_ACCOUNT_CREATION = Statement("forbid_account_creation", only="mysql")
 SET_SESSION_SQL_MODE = Statement("set_session_sql_mode", only="mysql", positional=1)
