@@ -32,6 +32,7 @@ class Statement(str):
     only: str | None
     template: bool
     positional: int
+    columns: tuple[str, ...]
     _params_by_dialect: dict[str, tuple[str, ...]]
 
     def __new__(
@@ -54,6 +55,8 @@ class Statement(str):
         self.only = only  # the one dialect that has it (None: both)
         self.template = template  # {placeholders} filled with quoted names before it runs
         self.positional = positional  # how many %s parameters it takes (DB-API, in order) instead
+        # the names of its result's columns, in order (none unless it returns a row type)
+        self.columns = tuple(returns._fields) if isinstance(returns, type) else ()
         return self
 
     @property
@@ -63,11 +66,6 @@ class Statement(str):
     def params_of(self, dialect: str) -> tuple[str, ...]:
         """The parameters its block takes in a dialect's queries.sql."""
         return self._params_by_dialect.get(dialect, self.params)
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """The names of its result's columns (none unless it returns a row type)."""
-        return tuple(self.returns._fields) if isinstance(self.returns, type) else ()
 
     @property
     def at(self) -> Any:

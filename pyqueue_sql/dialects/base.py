@@ -277,6 +277,35 @@ def connection_failed(reason: str, detail: str, dsn: str) -> errors.ConnectionFa
     return errors.ConnectionFailedError(f"cannot connect: {_CONNECT_FAILURE[reason]}: {detail}", reason)
 
 
+# statement name and a result's column names -> where each declared column is in its rows (None:
+# where the statement's row type has them, as the server sent them). Filled once per statement and
+# column list, so that a row costs nothing more than its read.
+_LAYOUTS: dict[tuple[str, tuple[str | bytes, ...]], tuple[int, ...] | None] = {}
+
+
+def column_layout(columns: Sequence[str], names: Sequence[str | bytes]) -> tuple[int, ...] | None:
+    """Where each of a row type's columns is among a result's column names, or None when the rows
+    are read as they come: the same columns in the same order, or a result that lacks a declared
+    column (a schema from before it: its readers take the shorter row)."""
+    found = [n.decode() if isinstance(n, bytes) else n for n in names]
+    if tuple(found) == tuple(columns) or not set(columns) <= set(found):
+        return None
+    return tuple(found.index(c) for c in columns)
+
+
+def in_declared_order(statement: Statement, names: Sequence[str | bytes], rows: list[Row]) -> list[Row]:
+    """A result's rows with their values in the order of the statement's row type, its columns
+    matched by name (pyqueue_sql.statements): as they are when the server sends that order."""
+    key = (statement, tuple(names))
+    try:
+        layout = _LAYOUTS[key]
+    except KeyError:
+        layout = _LAYOUTS[key] = column_layout(statement.columns, key[1])
+    if layout is None:
+        return rows
+    return [tuple([row[i] for i in layout]) for row in rows]
+
+
 @dataclass(frozen=True)
 class JdbcDriver:
     """How Spark reaches a dialect over plain JDBC (pyqueue_sql.spark)."""

@@ -36,6 +36,7 @@ from .base import (
     connection_failed,
     encode_json,
     fetch_all,
+    in_declared_order,
     scrub_exception,
     strip_driver,
 )
@@ -240,6 +241,12 @@ def _multi_statements(connection: Connection | AsyncConnection) -> bool:
     from pymysql.constants import CLIENT
 
     return bool(getattr(connection, "client_flag", 0) & CLIENT.MULTI_STATEMENTS)
+
+
+def _by_name(statement: Statement, description: Sequence[Sequence[Any]], rows: list[Row]) -> list[Row]:
+    """A result set's rows in the order of the statement's row type, its columns matched by name
+    (a procedure's SELECT names them)."""
+    return in_declared_order(statement, [d[0] for d in description], rows) if statement.columns else rows
 
 
 def _own_result(sets: list[list[Row]], all_sets: bool) -> list[Row] | list[list[Row]]:
@@ -468,10 +475,10 @@ class MySQL(Dialect):
         try:
             with self._driver_errors():
                 cur.execute(self.statement(name), params)
-                sets = [list(cur.fetchall()) if cur.description else []]
+                sets = [_by_name(name, cur.description, list(cur.fetchall())) if cur.description else []]
                 while cur.nextset():  # a CALL ends with a status result without rows
                     if cur.description:
-                        sets.append(list(cur.fetchall()))
+                        sets.append(_by_name(name, cur.description, list(cur.fetchall())))
             return sets
         finally:
             cur.close()
@@ -495,10 +502,10 @@ class MySQL(Dialect):
                 cur = connection.cursor()
                 try:
                     cur.execute(_one_trip(self.statement(name)), params)
-                    sets = [list(cur.fetchall())] if cur.description else []
+                    sets = [_by_name(name, cur.description, list(cur.fetchall()))] if cur.description else []
                     while cur.nextset():
                         if cur.description:
-                            sets.append(list(cur.fetchall()))
+                            sets.append(_by_name(name, cur.description, list(cur.fetchall())))
                 finally:
                     cur.close()
             except BaseException:
@@ -519,10 +526,14 @@ class MySQL(Dialect):
                 cur = await connection.cursor(_quiet_cursor())
                 try:
                     await cur.execute(_one_trip(self.statement(name)), params)
-                    sets = [list(await cur.fetchall())] if cur.description else []
+                    sets = (
+                        [_by_name(name, cur.description, list(await cur.fetchall()))]
+                        if cur.description
+                        else []
+                    )
                     while await cur.nextset():
                         if cur.description:
-                            sets.append(list(await cur.fetchall()))
+                            sets.append(_by_name(name, cur.description, list(await cur.fetchall())))
                 finally:
                     await cur.close()
             except BaseException:
@@ -543,10 +554,12 @@ class MySQL(Dialect):
         try:
             with self._driver_errors():
                 await cur.execute(self.statement(name), params)
-                sets = [list(await cur.fetchall()) if cur.description else []]
+                sets = [
+                    _by_name(name, cur.description, list(await cur.fetchall())) if cur.description else []
+                ]
                 while await cur.nextset():
                     if cur.description:
-                        sets.append(list(await cur.fetchall()))
+                        sets.append(_by_name(name, cur.description, list(await cur.fetchall())))
             return sets
         finally:
             await cur.close()

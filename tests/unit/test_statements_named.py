@@ -77,3 +77,19 @@ def test_the_check_finds_each_way_of_naming_a_statement_by_a_string():
         ]
     )
     assert [line.split(":")[0] for line in bare_statements(source)] == ["1", "2", "3", "4", "5", "6"]
+
+
+def test_rows_come_in_the_declared_order_whatever_order_the_server_sends_the_columns():
+    from pyqueue_sql.dialects.base import in_declared_order
+    from pyqueue_sql.statements import STATS
+
+    row = ("q", 1, 2, 3, 4, 0.5, False)
+    same = [row]
+    assert in_declared_order(STATS, STATS.columns, same) is same  # the common case: untouched
+    assert in_declared_order(STATS, [c.encode() for c in STATS.columns], same) is same
+    shuffled = ("paused", "dead", "queue", "ready", "delayed", "reserved", "oldest_ready_age_s", "extra")
+    got = in_declared_order(STATS, shuffled, [(False, 4, "q", 1, 2, 3, 0.5, "x")])
+    assert got == [row]
+    # a result without a declared column (a schema from before it) is read as it comes
+    older = [("q", 1, 2, 3, 4, 0.5)]
+    assert in_declared_order(STATS, STATS.columns[:-1], older) is older
