@@ -258,16 +258,6 @@ class ResultsRow(NamedTuple):
     finished_at: RowValue
 
 
-class ResultWaitRow(NamedTuple):
-    state: RowValue
-    result: RowValue
-    last_error: RowValue
-    attempts: RowValue
-    progress: RowValue
-    finished_at: RowValue
-    cancel_requested: RowValue
-
-
 class RenewRow(NamedTuple):
     token: RowValue
     cancel_requested: RowValue
@@ -490,7 +480,7 @@ SET_RESULT_RETENTION = Statement("set_result_retention", params=("queue", "reten
 RESULT = Statement("result", params=("queue", "key", "kind"), returns=ResultRow)
 RESULTS = Statement("results", params=("queue", "kind", "state", "n", "before"), returns=ResultsRow)
 PURGE_RESULTS = Statement("purge_results", params=("queue", "state", "before", "n"), returns=VALUE)
-RESULT_WAIT = Statement("result_wait", params=("queue", "key", "kind", "timeout"), returns=ResultWaitRow)
+RESULT_WAIT = Statement("result_wait", params=("queue", "key", "kind", "timeout"), returns=ResultRow)
 RESULT_CHANNEL = Statement("result_channel", params=("queue",), returns=VALUE)
 UNLISTEN = Statement("unlisten", only="postgresql", template=True)
 CANCEL = Statement("cancel", params=("queue", "key", "kind"), returns=VALUE)

@@ -8,7 +8,7 @@ import datetime as dt
 
 from .. import dialects, errors, statements
 from ..dialects import key_value, text_value, whole_number
-from ..rows import GroupInfo, Horizon, MessageRow, ThroughputRow, group_from_row, read_headers
+from ..rows import GroupInfo, Horizon, MessageRow, ThroughputRow, group_from_row, named, read_headers
 from ..sansio import SansIO, sans_io, statement_call
 from .base import DatabaseCallsBase, QueueCallsBase
 
@@ -61,22 +61,20 @@ class BrowseCalls(QueueCallsBase):
         return [
             MessageRow(
                 self.name,
-                key,
-                kind,
-                str(st),
-                int(priority),
-                int(attempts),
-                d.codec.read_time(scheduled),
-                d.codec.read_time(created),
-                reserved_by,
-                last_error,
-                dead_from,
-                read_headers(d, row, 10),
+                r.p_key,
+                r.p_kind,
+                str(r.state),
+                int(r.priority),
+                int(r.attempts),
+                d.codec.read_time(r.scheduled_at),
+                d.codec.read_time(r.created_at),
+                r.reserved_by,
+                r.last_error,
+                r.dead_from,
+                read_headers(d, r.headers),
             )
             for row in rows
-            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from, *_ in (
-                row,
-            )
+            for r in (named(statements.MESSAGES, row),)
         ]
 
     @sans_io

@@ -8,7 +8,7 @@ import datetime as dt
 
 from .. import errors, statements
 from ..dialects import key_value, text_value, whole_number
-from ..rows import DeadLetter, HistoryRow, MessageInfo, read_headers
+from ..rows import DeadLetter, HistoryRow, MessageInfo, named, read_headers
 from ..sansio import sans_io, statement_call
 from .base import QueueCallsBase
 
@@ -26,33 +26,21 @@ class HistoryCalls(QueueCallsBase):
         )
         if not rows:
             return None
-        (
-            p_key,
-            p_kind,
-            state,
-            payload,
-            priority,
-            attempts,
-            scheduled,
-            created,
-            reserved_by,
-            last_error,
-            dead_from,
-        ) = rows[0][:11]  # a newer queue_message's trailing columns (progress...): Queue.result
+        r = named(statements.MESSAGE, rows[0])  # its progress and cancel_requested: Queue.result
         return MessageInfo(
             self.name,
-            p_key,
-            p_kind,
-            str(state),
-            d.codec.read_payload(payload),
-            int(priority),
-            int(attempts),
-            d.codec.read_time(scheduled),
-            d.codec.read_time(created),
-            reserved_by,
-            last_error,
-            dead_from,
-            read_headers(d, rows[0], 13),
+            r.p_key,
+            r.p_kind,
+            str(r.state),
+            d.codec.read_payload(r.payload),
+            int(r.priority),
+            int(r.attempts),
+            d.codec.read_time(r.scheduled_at),
+            d.codec.read_time(r.created_at),
+            r.reserved_by,
+            r.last_error,
+            r.dead_from,
+            read_headers(d, r.headers),
         )
 
     @sans_io
@@ -116,21 +104,19 @@ class HistoryCalls(QueueCallsBase):
         d = self.db.dialect
         return [
             DeadLetter(
-                dlq,
-                origin,
-                key,
-                kind,
-                d.codec.read_payload(payload),
-                priority,
-                None if attempts is None else int(attempts),
-                d.codec.read_time(created),
-                d.codec.read_time(arrived),
-                bool(reserved),
-                last_error,
-                read_headers(d, row, 11),
+                r.dead_letter_queue,
+                r.from_queue,
+                r.p_key,
+                r.p_kind,
+                d.codec.read_payload(r.payload),
+                r.priority,
+                None if r.attempts is None else int(r.attempts),
+                d.codec.read_time(r.created_at),
+                d.codec.read_time(r.dead_lettered_at),
+                bool(r.reserved),
+                r.last_error,
+                read_headers(d, r.headers),
             )
             for row in (yield statement_call(statements.DEAD_LETTERS, queue=self.name))
-            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error, *_ in (
-                row,
-            )
+            for r in (named(statements.DEAD_LETTERS, row),)
         ]
