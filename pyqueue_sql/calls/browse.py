@@ -20,8 +20,15 @@ def throughput_steps(
         since = dt.datetime.now(dt.timezone.utc) - since
     rows = yield statement_call(statements.THROUGHPUT, queue=queue, since=d.codec.time(since, "since"))
     return [
-        ThroughputRow(q, d.codec.read_time(minute), int(c), int(dl), int(mv), int(pp))
-        for q, minute, c, dl, mv, pp in rows
+        ThroughputRow(
+            r.queue,
+            d.codec.read_time(r.minute),
+            int(r.committed),
+            int(r.dead_lettered),
+            int(r.moved),
+            int(r.popped),
+        )
+        for r in (named(statements.THROUGHPUT, row) for row in rows)
     ]
 
 
@@ -109,20 +116,19 @@ class BrowseDatabaseCalls(DatabaseCallsBase):
         (queue_horizon; docs/operations.md, "A long transaction"): the oldest holder's age in
         seconds, the backlog behind it and who it is (pyqueue_sql.rows.Horizon)."""
         d = self.dialect
-        [(age, backlog, holder, pid, user, state, xact_start, query_start)] = yield statement_call(
-            statements.HORIZON
-        )
+        [row] = yield statement_call(statements.HORIZON)
+        r = named(statements.HORIZON, row)
         texts = [
             None if v is None else v.decode() if isinstance(v, bytes) else str(v)
-            for v in (holder, user, state)
+            for v in (r.holder, r.user_name, r.state)
         ]
         return Horizon(
-            None if age is None else float(age),
-            int(backlog or 0),
+            None if r.oldest_age_s is None else float(r.oldest_age_s),
+            int(r.backlog or 0),
             texts[0],
-            None if pid is None else int(pid),
+            None if r.pid is None else int(r.pid),
             texts[1],
             texts[2],
-            d.codec.read_time(xact_start),
-            d.codec.read_time(query_start),
+            d.codec.read_time(r.xact_start),
+            d.codec.read_time(r.query_start),
         )
