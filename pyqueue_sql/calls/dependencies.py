@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import errors, sansio, statements
 from ..dialects import encode_json, key_value, text_value
-from ..rows import ParentResult
+from ..rows import ParentResult, named
 from ..sansio import chunks, each_call, sans_io, statement_call
 from .base import QueueCallsBase, encode_headers, headers_value, parent_refs, priority_value
 
@@ -128,7 +128,9 @@ class DependenciesCalls(QueueCallsBase):
             statements.PARENT_RESULTS, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         out = []
-        for _, q, k, t, state, result in sorted(rows, key=lambda row: int(row[0])):
+        for _, q, k, t, state, result in sorted(
+            (named(statements.PARENT_RESULTS, row) for row in rows), key=lambda r: int(r.ordinal)
+        ):
             value = d.codec.read_payload(result)
             if state in ("failed", "cancelled"):  # queue_parent_results gives its last_error there
                 out.append(
