@@ -52,8 +52,15 @@ class HistoryCalls(QueueCallsBase):
             statements.MESSAGE_HISTORY, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         return [
-            HistoryRow(d.codec.read_time(at), str(outcome), to_queue, int(attempts), reserved_by, last_error)
-            for at, outcome, to_queue, attempts, reserved_by, last_error in rows
+            HistoryRow(
+                d.codec.read_time(r.processed_at),
+                str(r.outcome),
+                r.to_queue,
+                int(r.attempts),
+                r.reserved_by,
+                r.last_error,
+            )
+            for r in (named(statements.MESSAGE_HISTORY, row) for row in rows)
         ]
 
     @sans_io
