@@ -8,7 +8,7 @@ import datetime as dt
 
 from .. import dialects, errors, statements
 from ..dialects import Duration, text_value, whole_number
-from ..rows import MAX_RATE_N, MAX_RATE_PER, LimitInfo, RateInfo, rate_from_row
+from ..rows import MAX_RATE_N, MAX_RATE_PER, LimitInfo, RateInfo, named, rate_from_row
 from ..sansio import sans_io, statement_call
 from .base import DatabaseCallsBase, QueueCallsBase, whole_number_within
 
@@ -29,8 +29,9 @@ class LimitsCalls(QueueCallsBase):
     @sans_io
     def limits(self) -> list[LimitInfo]:
         return [
-            LimitInfo(q, k, int(c), int(u))
-            for q, k, c, u in (yield statement_call(statements.LIMITS, queue=self.name))
+            LimitInfo(r.queue, r.p_kind, int(r.capacity), int(r.in_use))
+            for row in (yield statement_call(statements.LIMITS, queue=self.name))
+            for r in (named(statements.LIMITS, row),)
         ]
 
     @sans_io
@@ -76,8 +77,9 @@ class LimitsDatabaseCalls(DatabaseCallsBase):
     def limits(self) -> list[LimitInfo]:
         """Every queue's concurrency limits."""
         return [
-            LimitInfo(q, k, int(c), int(u))
-            for q, k, c, u in (yield statement_call(statements.LIMITS, queue=None))
+            LimitInfo(r.queue, r.p_kind, int(r.capacity), int(r.in_use))
+            for row in (yield statement_call(statements.LIMITS, queue=None))
+            for r in (named(statements.LIMITS, row),)
         ]
 
     @sans_io
