@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from .. import errors, sansio, statements
 from ..dialects import Duration, encode_json, key_value, read_token, text_value, token_value
-from ..rows import MAX_PROGRESS_BYTES, Renewal, Reservation, Result, result_from_rows
+from ..rows import MAX_PROGRESS_BYTES, Renewal, Reservation, Result, named, result_from_rows
 from ..sansio import chunks, each_call, sans_io, statement_call
 from .base import INT_MAX, INT_MIN, QueueCallsBase, held_reservation, whole_number_within
 
@@ -63,16 +63,16 @@ class ResultsCalls(QueueCallsBase):
         return [
             Result(
                 self.name,
-                str(key),
-                str(k),
-                str(st),
-                d.codec.read_payload(result),
-                last_error,
-                int(attempts),
-                d.codec.read_payload(progress),
-                d.codec.read_time(finished_at),
+                str(r.p_key),
+                str(r.p_kind),
+                str(r.state),
+                d.codec.read_payload(r.result),
+                r.last_error,
+                int(r.attempts),
+                d.codec.read_payload(r.progress),
+                d.codec.read_time(r.finished_at),
             )
-            for key, k, st, result, last_error, attempts, progress, finished_at in rows
+            for r in (named(statements.RESULTS, row) for row in rows)
         ]
 
     @sans_io
@@ -180,7 +180,8 @@ class ResultsCalls(QueueCallsBase):
         rows = yield statement_call(
             statements.RENEW, **self._held(r), timeout=d.codec.duration(timeout, "timeout")
         )
-        token, requested = rows[0] if rows else (None, False)
+        renewed = named(statements.RENEW, rows[0] if rows else ())  # no row: no token, no cancel
+        token, requested = renewed.token, bool(renewed.cancel_requested)
         return Renewal(None if token is None else replace(r, token=read_token(token)), bool(requested))
 
     @sans_io
