@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import sansio, statements, tracing
 from ..dialects import encode_json, key_value, text_value
-from ..rows import Binding, Publication
+from ..rows import Binding, Publication, named
 from ..sansio import chunks, each_call, sans_io, statement_call
 from .base import (
     DatabaseCallsBase,
@@ -145,8 +145,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
         """The bindings of one queue (None = every queue's), ordered by queue, then pattern."""
         d = self.dialect
         return [
-            Binding(pattern, q, d.codec.read_time(created))
-            for pattern, q, created in (
-                yield statement_call(statements.BINDINGS, queue=queue_name_arg(queue))
-            )
+            Binding(r.pattern, r.queue, d.codec.read_time(r.created_at))
+            for row in (yield statement_call(statements.BINDINGS, queue=queue_name_arg(queue)))
+            for r in (named(statements.BINDINGS, row),)
         ]
