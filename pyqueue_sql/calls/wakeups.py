@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from .. import statements
 from ..dialects import Duration
+from ..rows import named
 from ..sansio import sans_io, statement_call
 from .base import QueueCallsBase
 
@@ -36,10 +37,13 @@ class WakeupsCalls(QueueCallsBase):
     ) -> tuple[dt.datetime | None, float | None]:
         """(when the next message becomes eligible, seconds from now; 0 = one is ready), or (None, None)."""
         d = self.db.dialect
-        at, wait_s = (
-            yield statement_call(statements.NEXT_SCHEDULED_AT, queue=self.name, kinds=d.codec.kinds(kinds))
-        )[0]
-        return d.codec.read_time(at), None if wait_s is None else float(wait_s)
+        r = named(
+            statements.NEXT_SCHEDULED_AT,
+            (yield statement_call(statements.NEXT_SCHEDULED_AT, queue=self.name, kinds=d.codec.kinds(kinds)))[
+                0
+            ],
+        )
+        return d.codec.read_time(r.next_scheduled_at), None if r.wait_s is None else float(r.wait_s)
 
     @sans_io
     def wait(
