@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from .. import errors, statements
 from ..dialects import Duration, text_value, whole_number
-from ..rows import WorkerInfo, WorkerRegistration
+from ..rows import WorkerInfo, WorkerRegistration, named
 from ..sansio import sans_io, statement_call
 from .base import DatabaseCallsBase, registration_arg
 
@@ -32,8 +32,8 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         name = f"{host}:{pid}" if name is None else name
         if isinstance(queues, str):
             raise errors.InvalidArgumentError("queues must be a list of queue names, not a single str")
-        [(worker_id, secret)] = [
-            tuple(row)
+        [registered] = [
+            named(statements.WORKER_REGISTER, row)
             for row in (
                 yield statement_call(
                     statements.WORKER_REGISTER,
@@ -44,7 +44,8 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
                 )
             )
         ]
-        return WorkerRegistration(int(worker_id), name, f"{name}#{int(worker_id)}", str(secret))
+        worker_id = int(registered.worker_id)
+        return WorkerRegistration(worker_id, name, f"{name}#{worker_id}", str(registered.secret))
 
     @sans_io
     def heartbeat_worker(self, registration: WorkerRegistration) -> bool:
@@ -83,22 +84,22 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
     def workers(self) -> list[WorkerInfo]:
         d = self.dialect
         out = []
-        for wid, name, host, pid, queues, started, beat, age, reserve_as in (
-            yield statement_call(statements.WORKERS)
-        ):
+        for row in (yield statement_call(statements.WORKERS)):
+            r = named(statements.WORKERS, row)
+            queues = r.queues
             if isinstance(queues, (str, bytes, bytearray)):
                 queues = d.codec.read_payload(queues)
             out.append(
                 WorkerInfo(
-                    int(wid),
-                    name,
-                    host,
-                    pid,
+                    int(r.worker_id),
+                    r.worker_name,
+                    r.host,
+                    r.pid,
                     None if queues is None else list(queues),
-                    d.codec.read_time(started),
-                    d.codec.read_time(beat),
-                    float(age),
-                    reserve_as,
+                    d.codec.read_time(r.started_at),
+                    d.codec.read_time(r.heartbeat_at),
+                    float(r.heartbeat_age_s),
+                    r.reserve_as,
                 )
             )
         return out
