@@ -2,8 +2,10 @@
 block's ``-- name:`` line) with the parameters the block takes (``%(name)s``) and what it returns: a
 row type whose fields are the result's columns, in order (a NamedTuple), VALUE (one value: a
 routine's result, whatever the server names its column) or nothing. Every call names its statement
-by one of these (``statements.PUSH``), never by a bare string, and reads a row's values by the row
-type's field names (``Statement.at``); tests/schema/test_statements.py holds each declaration against
+by one of these (``statements.PUSH``), never by a bare string. The runner hands a result's rows with
+their values in the row type's order, the columns matched by name (dialects.base.in_declared_order),
+and the readers take them by the row type's field names (pyqueue_sql.rows.named; ``Statement.at``
+on the hot path). tests/schema/test_statements.py holds each declaration against
 both dialects' queries.sql and the columns their servers return, as River generates its typed code
 from its named queries.
 
