@@ -495,14 +495,19 @@ def _tagged(tgt: Target, tag: str) -> tuple[dict[str, str], str]:
 
 def _flush(tgt: Target, dsn: str, queue: str | None) -> IngestResult:
     from .client import connect
+    from .rows import named
 
     with connect(dsn) as db:
         mark = db.call(statements.INGEST_REJECT_MARK)[0][0] if tgt.sql_dialect.ingest_keeps_rejects else None
-        [(enqueued, duplicates, rejected)] = db.call(statements.INGEST_FLUSH, queue=queue)
-        result = IngestResult(None, int(enqueued), int(duplicates), int(rejected))
+        [row] = db.call(statements.INGEST_FLUSH, queue=queue)
+        counts = named(statements.INGEST_FLUSH, row)
+        result = IngestResult(None, int(counts.enqueued), int(counts.duplicates), int(counts.rejected))
         if result.rejected:
             reasons = db.call(statements.INGEST_REJECTS, mark=mark, queue=queue)
-            listed = "; ".join(f"{n} x {reason}" for reason, n in reasons)
+            listed = "; ".join(
+                f"{r.messages} x {r.reason}"
+                for r in (named(statements.INGEST_REJECTS, row) for row in reasons)
+            )
             raise IngestRejectedError(
                 f"queue_ingest_flush rejected {result.rejected} row(s) (enqueued {result.enqueued}, "
                 f"{result.duplicates} duplicates); they are in pyqueue_ingest_reject: {listed}",
