@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import dialects, errors
+from . import dialects, errors, statements
 from .calls.base import (
     INT_MIN,
     LAST_ERROR_MAX_CHARS,
@@ -121,6 +121,7 @@ from .sansio import (
     sans_io,
     sync_method,
 )
+from .statements import Statement
 
 # Every name this module had before its parts moved to rows, sansio and calls/ (imported from
 # pyqueue_sql.client as before).
@@ -327,13 +328,13 @@ class Database(DatabaseCalls):
     def queue(self, name: str) -> Queue:
         return Queue(self, name)
 
-    def call(self, statement: str, **params: object) -> list[Row]:
-        """Runs a named statement; its (first) result set."""
-        return self._perform(self._call_steps(Call(statement, params)))
+    def call(self, statement: Statement | str, **params: object) -> list[Row]:
+        """Runs a declared statement (pyqueue_sql.statements; a str: the one of that name); its (first) result set."""
+        return self._perform(self._call_steps(Call(statements.named(statement), params)))
 
-    def call_sets(self, statement: str, **params: object) -> list[list[Row]]:
-        """Runs a named statement; every result set it returns (MySQL procedures)."""
-        return self._perform(self._call_steps(Call(statement, params, all_sets=True)))
+    def call_sets(self, statement: Statement | str, **params: object) -> list[list[Row]]:
+        """Runs a declared statement (pyqueue_sql.statements; a str: the one of that name); every result set it returns (MySQL procedures)."""
+        return self._perform(self._call_steps(Call(statements.named(statement), params, all_sets=True)))
 
     def drive(self, steps: SansIO) -> Any:
         """Runs a sans-IO method (see Call): each call it yields, its rows sent back; its result."""
@@ -391,7 +392,9 @@ class Database(DatabaseCalls):
             del self._result_listens[channel]
             d = self.dialect
             with contextlib.suppress(Exception), self.connection.cursor() as cur:
-                cur.execute(d.admin.compose(d.statement("unlisten"), channel=d.admin.identifier(channel)))
+                cur.execute(
+                    d.admin.compose(d.statement(statements.UNLISTEN), channel=d.admin.identifier(channel))
+                )
 
     def _await_result_note(self, channel: str, key: str, kind: str, seconds: float) -> None:
         """Reads notifications up to `seconds`, until one announces this message's result."""

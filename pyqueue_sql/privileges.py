@@ -69,6 +69,17 @@ from .capabilities import (
     capabilities_with,
 )
 from .dialects import Dialect
+from .statements import (
+    ACCOUNT_ROLES,
+    ACCOUNT_ROLES_MYSQL8,
+    CURRENT_SCHEMA,
+    GRANT_EXECUTE,
+    GRANT_SCHEMA_USAGE,
+    GRANT_TABLE,
+    REVOKE_EXECUTE,
+    REVOKE_TABLE,
+    TEMPORARY_TABLE_GRANTEES,
+)
 
 # The capabilities' data lives in pyqueue_sql.capabilities (errors.PermissionDeniedError reads it
 # too); it is this module's as well.
@@ -165,7 +176,7 @@ def statements(
     caps = capabilities_of(capabilities)
     routines = sorted({r for c in caps for r in CAPABILITIES[c]})
     tables = sorted({t for c in caps for t in d.grant_tables.get(c, ())}, key=lambda t: (t[1], t[0]))
-    execute, table = ("revoke_execute", "revoke_table") if revoke else ("grant_execute", "grant_table")
+    execute, table = (REVOKE_EXECUTE, REVOKE_TABLE) if revoke else (GRANT_EXECUTE, GRANT_TABLE)
 
     def qualified(name: str) -> Any:
         return d.admin.identifier(schema, name) if schema else d.admin.identifier(name)
@@ -174,7 +185,7 @@ def statements(
     out = []
     if schema and not revoke and d.grants_schema_usage:
         out.append(
-            d.admin.compose(d.statement("grant_schema_usage"), schema=d.admin.identifier(schema), role=role)
+            d.admin.compose(d.statement(GRANT_SCHEMA_USAGE), schema=d.admin.identifier(schema), role=role)
         )
 
     def signatures(name: str) -> list[Any]:
@@ -208,7 +219,7 @@ def current_schema(dialect: str | Dialect, connection: Any) -> str:
     """The schema (PostgreSQL) or database (MySQL) a connection installs into."""
     cur = connection.cursor()
     try:
-        cur.execute(dialects.as_dialect(dialect).statement("current_schema"))
+        cur.execute(dialects.as_dialect(dialect).statement(CURRENT_SCHEMA))
         row = cur.fetchone()
     finally:
         cur.close()
@@ -243,11 +254,11 @@ def _rows(connection: Any, statement: str, params: tuple = ()) -> list[tuple]:
 def _roles_of(d: Dialect, connection: Any, user: str, host: str) -> list[tuple[str, str]]:
     """The roles granted to an account or role (user, host; a MariaDB role has host '')."""
     try:
-        rows = _rows(connection, d.statement("account_roles"), (user, host))
+        rows = _rows(connection, d.statement(ACCOUNT_ROLES), (user, host))
     except Exception as exc:
         if not exc.args or exc.args[0] != 1146:  # MySQL 8: no mysql.roles_mapping
             raise
-        rows = _rows(connection, d.statement("account_roles_mysql8"), (user, host))
+        rows = _rows(connection, d.statement(ACCOUNT_ROLES_MYSQL8), (user, host))
     return [(_text(role), _text(role_host)) for role, role_host in rows]
 
 
@@ -276,7 +287,7 @@ def refuse_shadowing_account(dialect: str | Dialect, connection: Any, account: A
             if role not in through:
                 through[role] = (user, host)
                 frontier.append(role)
-    for grantee, scope in _rows(connection, d.statement("temporary_table_grantees")):
+    for grantee, scope in _rows(connection, d.statement(TEMPORARY_TABLE_GRANTEES)):
         holder = next((h for h in through if f"'{h[0]}'@'{h[1]}'" == _text(grantee)), None)
         if holder is None:
             continue

@@ -6,15 +6,28 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple
+from operator import itemgetter
+from typing import Any, NamedTuple
 
-from . import dialects
+from . import dialects, statements
 from .dialects import JSONValue, RowValue, read_token
+from .statements import Statement
 
 
-def read_headers(dialect: dialects.Dialect, row: Sequence[RowValue], at: int) -> dict[str, JSONValue] | None:
-    """The headers column of a row (None: the message has none, or the schema has no such column yet)."""
-    return dialect.codec.read_payload(row[at]) if len(row) > at and row[at] is not None else None
+def named(statement: Statement, row: Sequence[RowValue]) -> Any:
+    """A result row as its statement's row type (pyqueue_sql.statements), so that its values are
+    read by their columns' names: the runner hands a row's values in the declared order (matched by
+    name). A row shorter than the declaration (a schema from before its trailing columns) has None
+    for those."""
+    width = len(statement.columns)
+    if len(row) != width:
+        row = (*row[:width], *([None] * (width - len(row))))
+    return statement.returns(*row)
+
+
+def read_headers(dialect: dialects.Dialect, value: RowValue) -> dict[str, JSONValue] | None:
+    """A headers column's value (None: the message has none, or the schema has no such column yet)."""
+    return None if value is None else dialect.codec.read_payload(value)
 
 
 @dataclass(frozen=True)
@@ -152,24 +165,38 @@ class Publication:
 
 
 def settings_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> QueueSettings:
-    queue, visibility, max_attempts, dlq, retention, paused, window, *caps = row
-    # the trailing columns a newer queue_settings has (an older one's row stops before them)
-    max_reservation, max_payload, result_retention = (list(caps) + [None, None, None])[:3]
+    # the trailing columns (max_reservation...) are None from an older queue_settings, without them
+    r = named(statements.SETTINGS, row)
+    read_duration = dialect.codec.read_duration
     return QueueSettings(
-        queue,
-        dialect.codec.read_duration(visibility),
-        int(max_attempts),
-        dlq,
-        dialect.codec.read_duration(retention),
-        bool(paused),
-        dialect.codec.read_duration(window),
-        dialect.codec.read_duration(max_reservation),
-        None if max_payload is None else int(max_payload),
-        dialect.codec.read_duration(result_retention),
+        r.queue,
+        read_duration(r.visibility_timeout),
+        int(r.max_attempts),
+        r.dead_letter_queue,
+        read_duration(r.history_retention),
+        bool(r.paused),
+        read_duration(r.notify_window),
+        read_duration(r.max_reservation),
+        None if r.max_payload is None else int(r.max_payload),
+        read_duration(r.result_retention),
     )
 
 
 _RESERVATION_FIELDS = tuple(f.name for f in fields(Reservation))
+# A reserved row's values by their columns' names (statements.RESERVE; commit_reserve's rows once its
+# codec took the commit's column off), found once rather than per row: one C call a row, as a slice.
+_RESERVED = statements.RESERVE.at
+_reserved_values = itemgetter(
+    _RESERVED.p_key,
+    _RESERVED.p_kind,
+    _RESERVED.payload,
+    _RESERVED.token,
+    _RESERVED.priority,
+    _RESERVED.attempts,
+    _RESERVED.created_at,
+    _RESERVED.scheduled_at_initially,
+)
+_HEADERS_AT = _RESERVED.headers
 _new_object = object.__new__
 # A dialect's readers of a payload and of a time that pass the driver's value on as it is
 # (PostgreSQL: psycopg reads json and timestamptz): reservations_from_rows calls them not at all.
@@ -187,8 +214,8 @@ def reservations_from_rows(
     as_read = (type(dialect.codec).read_payload, type(dialect.codec).read_time) == _AS_READ
     made = []
     for row in rows:
-        key, kind, payload, token, priority, attempts, created, initially = row[:8]
-        headers = row[8] if len(row) > 8 else None
+        key, kind, payload, token, priority, attempts, created, initially = _reserved_values(row)
+        headers = row[_HEADERS_AT] if len(row) > _HEADERS_AT else None
         if not as_read:
             payload, created, initially = read_payload(payload), read_time(created), read_time(initially)
             headers = None if headers is None else read_payload(headers)
@@ -215,15 +242,15 @@ def reservations_from_rows(
 
 
 def stats_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> QueueStats:
-    queue, ready, delayed, reserved, dead, age, paused = row
+    r = named(statements.STATS, row)
     return QueueStats(
-        queue=queue,
-        ready=int(ready),
-        delayed=int(delayed),
-        reserved=int(reserved),
-        dead=int(dead),
-        oldest_ready_age_s=None if age is None else float(age),
-        paused=bool(paused),
+        queue=r.queue,
+        ready=int(r.ready),
+        delayed=int(r.delayed),
+        reserved=int(r.reserved),
+        dead=int(r.dead),
+        oldest_ready_age_s=None if r.oldest_ready_age_s is None else float(r.oldest_ready_age_s),
+        paused=bool(r.paused),
     )
 
 
@@ -358,15 +385,14 @@ class RateInfo:
 
 
 def rate_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> RateInfo:
-    # leading columns by position: a newer queue_rates may add trailing ones
-    queue, kind, n, per, next_free_at, in_window, *_ = row
+    r = named(statements.RATES, row)
     return RateInfo(
-        queue,
-        kind,
-        int(n),
-        dialect.codec.read_duration(per),
-        dialect.codec.read_time(next_free_at),
-        int(in_window),
+        r.queue,
+        r.p_kind,
+        int(r.n),
+        dialect.codec.read_duration(r.per),
+        dialect.codec.read_time(r.next_free_at),
+        int(r.in_window),
     )
 
 
@@ -382,15 +408,15 @@ class ScheduleInfo:
 
 
 def schedule_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> ScheduleInfo:
-    queue, key, kind, payload, every_s, cron, next_at = row
+    r = named(statements.SCHEDULES, row)
     return ScheduleInfo(
-        queue,
-        key,
-        kind,
-        dialect.codec.read_payload(payload),
-        None if every_s is None else int(every_s),
-        cron,
-        dialect.codec.read_time(next_at),
+        r.queue,
+        r.p_key,
+        r.p_kind,
+        dialect.codec.read_payload(r.payload),
+        None if r.every_s is None else int(r.every_s),
+        r.cron,
+        dialect.codec.read_time(r.next_at),
     )
 
 
@@ -479,17 +505,16 @@ class GroupInfo(NamedTuple):
 
 
 def group_from_row(row: Sequence[RowValue]) -> GroupInfo:
-    # group_limit and in_flight are trailing columns: an older queue_groups has neither
-    group_key, head_key, head_kind, state, messages, *extra = row
-    group_limit, in_flight = (list(extra) + [None, None])[:2]
+    # group_limit and in_flight are trailing columns: None from an older queue_groups, without them
+    r = named(statements.GROUPS, row)
     return GroupInfo(
-        group_key,
-        head_key,
-        head_kind,
-        None if state is None else str(state),
-        int(messages),
-        None if group_limit is None else int(group_limit),
-        None if in_flight is None else int(in_flight),
+        r.group_key,
+        r.head_key,
+        r.head_kind,
+        None if r.head_state is None else str(r.head_state),
+        int(r.messages),
+        None if r.group_limit is None else int(r.group_limit),
+        None if r.in_flight is None else int(r.in_flight),
     )
 
 
@@ -499,16 +524,16 @@ def result_from_rows(
     """A Result from queue_result's one row (no row: 'unknown')."""
     if not rows:
         return Result(queue, str(key), kind, "unknown")
-    state, result, last_error, attempts, progress, finished_at, cancel_requested = rows[0][:7]
+    r = named(statements.RESULT, rows[0])  # result_wait's rows are the same
     return Result(
         queue,
         str(key),
         kind,
-        str(state),
-        d.codec.read_payload(result),
-        last_error,
-        None if attempts is None else int(attempts),
-        d.codec.read_payload(progress),
-        d.codec.read_time(finished_at),
-        bool(cancel_requested),
+        str(r.state),
+        d.codec.read_payload(r.result),
+        r.last_error,
+        None if r.attempts is None else int(r.attempts),
+        d.codec.read_payload(r.progress),
+        d.codec.read_time(r.finished_at),
+        bool(r.cancel_requested),
     )

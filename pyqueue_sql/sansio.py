@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, TypeVar
 
 from .dialects import Params
+from .statements import Statement
 
 T = TypeVar("T")
 
@@ -38,10 +39,10 @@ INT_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class Call:
-    """One named statement (pyqueue_sql.queries) with its parameters, as a sans-IO method yields it.
-    The rows of its first result set come back, or the rows of every result set when all_sets."""
+    """One declared statement (pyqueue_sql.statements) with its parameters, as a sans-IO method yields
+    it. The rows of its first result set come back, or the rows of every result set when all_sets."""
 
-    statement: str
+    statement: Statement
     params: Params
     all_sets: bool = False
 
@@ -71,11 +72,11 @@ class Pause:
     seconds: float
 
 
-def statement_call(statement: str, **params: object) -> Call:
+def statement_call(statement: Statement, **params: object) -> Call:
     return Call(statement, params)
 
 
-def statement_call_sets(statement: str, **params: object) -> Call:
+def statement_call_sets(statement: Statement, **params: object) -> Call:
     return Call(statement, params, all_sets=True)
 
 

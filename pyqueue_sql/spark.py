@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from . import dialects, errors, queries
+from . import dialects, errors, queries, statements
 from .dialects.mysql import quote_name
 from .errors import IngestRejectedError as IngestRejectedError
 
@@ -495,14 +495,19 @@ def _tagged(tgt: Target, tag: str) -> tuple[dict[str, str], str]:
 
 def _flush(tgt: Target, dsn: str, queue: str | None) -> IngestResult:
     from .client import connect
+    from .rows import named
 
     with connect(dsn) as db:
-        mark = db.call("ingest_reject_mark")[0][0] if tgt.sql_dialect.ingest_keeps_rejects else None
-        [(enqueued, duplicates, rejected)] = db.call("ingest_flush", queue=queue)
-        result = IngestResult(None, int(enqueued), int(duplicates), int(rejected))
+        mark = db.call(statements.INGEST_REJECT_MARK)[0][0] if tgt.sql_dialect.ingest_keeps_rejects else None
+        [row] = db.call(statements.INGEST_FLUSH, queue=queue)
+        counts = named(statements.INGEST_FLUSH, row)
+        result = IngestResult(None, int(counts.enqueued), int(counts.duplicates), int(counts.rejected))
         if result.rejected:
-            reasons = db.call("ingest_rejects", mark=mark, queue=queue)
-            listed = "; ".join(f"{n} x {reason}" for reason, n in reasons)
+            reasons = db.call(statements.INGEST_REJECTS, mark=mark, queue=queue)
+            listed = "; ".join(
+                f"{r.messages} x {r.reason}"
+                for r in (named(statements.INGEST_REJECTS, row) for row in reasons)
+            )
             raise IngestRejectedError(
                 f"queue_ingest_flush rejected {result.rejected} row(s) (enqueued {result.enqueued}, "
                 f"{result.duplicates} duplicates); they are in pyqueue_ingest_reject: {listed}",
@@ -622,7 +627,7 @@ class LoadDataLoad(BulkLoad):
             unknown = [c for c in columns if c not in INGEST_COLUMNS]
             if unknown:
                 raise errors.InvalidArgumentError(f"queue_ingest has no column {unknown[0]!r}")
-            statement = queries.queries("mysql")["load_ingest_csv"].format(
+            statement = queries.queries("mysql")[statements.LOAD_INGEST_CSV].format(
                 columns=", ".join(quote_name(c) for c in columns)
             )
             cur = connection.cursor()

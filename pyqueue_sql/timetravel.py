@@ -14,15 +14,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from . import errors
+from . import errors, statements
 from .queries import queries
 
 STATEMENTS = (
-    "testing_advance_messages",
-    "testing_advance_results",
-    "testing_advance_history",
-    "testing_advance_rates",
-    "testing_advance_ready_from",
+    statements.TESTING_ADVANCE_MESSAGES,
+    statements.TESTING_ADVANCE_RESULTS,
+    statements.TESTING_ADVANCE_HISTORY,
+    statements.TESTING_ADVANCE_RATES,
+    statements.TESTING_ADVANCE_READY_FROM,
 )
 
 
@@ -47,12 +47,12 @@ def advance_clock(db: Any, delta: dt.timedelta | float | int) -> float:
     seconds = seconds_of(delta)
     if seconds == 0:
         return 0.0
-    statements = queries(db.dialect.name)
+    texts = queries(db.dialect.name)
     with db.transaction():
         cur = db.connection.cursor()
         try:
             for name in STATEMENTS:
-                cur.execute(statements[name], {"seconds": seconds})
+                cur.execute(texts[name], {"seconds": seconds})
         finally:
             cur.close()
     return seconds

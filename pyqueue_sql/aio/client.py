@@ -16,7 +16,7 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from .. import dialects, errors
+from .. import dialects, errors, statements
 from ..client import (
     RESULT_POLL,
     RESULT_WAIT_SLICE,
@@ -34,6 +34,7 @@ from ..client import (
     wait_seconds,
 )
 from ..dialects import Duration, Row, key_value, text_value
+from ..statements import Statement
 
 # While tasks wait for results on one connection, the one that reads the notifications holds the
 # connection at most this long at a time, so that the others' calls go in between.
@@ -118,13 +119,13 @@ class AsyncDatabase(DatabaseCalls):
     def queue(self, name: str) -> AsyncQueue:
         return AsyncQueue(self, name)
 
-    async def call(self, statement: str, **params: object) -> list[Row]:
-        """Runs a named statement; its (first) result set."""
-        return await self._perform(self._call_steps(Call(statement, params)))
+    async def call(self, statement: Statement | str, **params: object) -> list[Row]:
+        """Runs a declared statement (pyqueue_sql.statements; a str: the one of that name); its (first) result set."""
+        return await self._perform(self._call_steps(Call(statements.named(statement), params)))
 
-    async def call_sets(self, statement: str, **params: object) -> list[list[Row]]:
-        """Runs a named statement; every result set it returns (MySQL procedures)."""
-        return await self._perform(self._call_steps(Call(statement, params, all_sets=True)))
+    async def call_sets(self, statement: Statement | str, **params: object) -> list[list[Row]]:
+        """Runs a declared statement (pyqueue_sql.statements; a str: the one of that name); every result set it returns (MySQL procedures)."""
+        return await self._perform(self._call_steps(Call(statements.named(statement), params, all_sets=True)))
 
     async def drive(self, steps: SansIO) -> Any:
         """Runs a sans-IO method (pyqueue_sql.client.Call): each call it yields awaited, its rows
@@ -211,7 +212,7 @@ class AsyncDatabase(DatabaseCalls):
                     return
                 async with self._connection.cursor() as cur:
                     await cur.execute(
-                        d.admin.compose(d.statement("unlisten"), channel=d.admin.identifier(channel))
+                        d.admin.compose(d.statement(statements.UNLISTEN), channel=d.admin.identifier(channel))
                     )
 
     async def _read_result_notes(self) -> None:

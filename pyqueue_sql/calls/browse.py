@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .. import dialects, errors
+from .. import dialects, errors, statements
 from ..dialects import key_value, text_value, whole_number
-from ..rows import GroupInfo, Horizon, MessageRow, ThroughputRow, group_from_row, read_headers
+from ..rows import GroupInfo, Horizon, MessageRow, ThroughputRow, group_from_row, named, read_headers
 from ..sansio import SansIO, sans_io, statement_call
 from .base import DatabaseCallsBase, QueueCallsBase
 
@@ -18,10 +18,17 @@ def throughput_steps(
 ) -> SansIO:
     if isinstance(since, dt.timedelta):
         since = dt.datetime.now(dt.timezone.utc) - since
-    rows = yield statement_call("throughput", queue=queue, since=d.codec.time(since, "since"))
+    rows = yield statement_call(statements.THROUGHPUT, queue=queue, since=d.codec.time(since, "since"))
     return [
-        ThroughputRow(q, d.codec.read_time(minute), int(c), int(dl), int(mv), int(pp))
-        for q, minute, c, dl, mv, pp in rows
+        ThroughputRow(
+            r.queue,
+            d.codec.read_time(r.minute),
+            int(r.committed),
+            int(r.dead_lettered),
+            int(r.moved),
+            int(r.popped),
+        )
+        for r in (named(statements.THROUGHPUT, row) for row in rows)
     ]
 
 
@@ -50,7 +57,7 @@ class BrowseCalls(QueueCallsBase):
             raise errors.InvalidArgumentError("after must be a MessageRow or a (key, kind) pair")
         d = self.db.dialect
         rows = yield statement_call(
-            "messages",
+            statements.MESSAGES,
             queue=self.name,
             state=text_value(state, "state"),
             key_prefix=key_value(key_prefix, "key_prefix"),
@@ -61,22 +68,20 @@ class BrowseCalls(QueueCallsBase):
         return [
             MessageRow(
                 self.name,
-                key,
-                kind,
-                str(st),
-                int(priority),
-                int(attempts),
-                d.codec.read_time(scheduled),
-                d.codec.read_time(created),
-                reserved_by,
-                last_error,
-                dead_from,
-                read_headers(d, row, 10),
+                r.p_key,
+                r.p_kind,
+                str(r.state),
+                int(r.priority),
+                int(r.attempts),
+                d.codec.read_time(r.scheduled_at),
+                d.codec.read_time(r.created_at),
+                r.reserved_by,
+                r.last_error,
+                r.dead_from,
+                read_headers(d, r.headers),
             )
             for row in rows
-            for key, kind, st, priority, attempts, scheduled, created, reserved_by, last_error, dead_from, *_ in (
-                row,
-            )
+            for r in (named(statements.MESSAGES, row),)
         ]
 
     @sans_io
@@ -86,7 +91,7 @@ class BrowseCalls(QueueCallsBase):
         many messages it holds."""
         return [
             group_from_row(row)
-            for row in (yield statement_call("groups", queue=self.name, n=whole_number(n, "n")))
+            for row in (yield statement_call(statements.GROUPS, queue=self.name, n=whole_number(n, "n")))
         ]
 
     @sans_io
@@ -111,18 +116,19 @@ class BrowseDatabaseCalls(DatabaseCallsBase):
         (queue_horizon; docs/operations.md, "A long transaction"): the oldest holder's age in
         seconds, the backlog behind it and who it is (pyqueue_sql.rows.Horizon)."""
         d = self.dialect
-        [(age, backlog, holder, pid, user, state, xact_start, query_start)] = yield statement_call("horizon")
+        [row] = yield statement_call(statements.HORIZON)
+        r = named(statements.HORIZON, row)
         texts = [
             None if v is None else v.decode() if isinstance(v, bytes) else str(v)
-            for v in (holder, user, state)
+            for v in (r.holder, r.user_name, r.state)
         ]
         return Horizon(
-            None if age is None else float(age),
-            int(backlog or 0),
+            None if r.oldest_age_s is None else float(r.oldest_age_s),
+            int(r.backlog or 0),
             texts[0],
-            None if pid is None else int(pid),
+            None if r.pid is None else int(r.pid),
             texts[1],
             texts[2],
-            d.codec.read_time(xact_start),
-            d.codec.read_time(query_start),
+            d.codec.read_time(r.xact_start),
+            d.codec.read_time(r.query_start),
         )

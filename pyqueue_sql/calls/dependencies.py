@@ -8,9 +8,9 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .. import errors, sansio
+from .. import errors, sansio, statements
 from ..dialects import encode_json, key_value, text_value
-from ..rows import ParentResult
+from ..rows import ParentResult, named
 from ..sansio import chunks, each_call, sans_io, statement_call
 from .base import QueueCallsBase, encode_headers, headers_value, parent_refs, priority_value
 
@@ -66,7 +66,7 @@ class DependenciesCalls(QueueCallsBase):
         if run_at is not None or priority is not None or headers is not None:
             d = self.db.dialect
             rows = yield statement_call(
-                "push_after_with_headers",
+                statements.PUSH_AFTER_WITH_HEADERS,
                 run_on=run_on,
                 run_at=d.codec.time(run_at, "run_at"),
                 priority=priority_value(priority),
@@ -74,9 +74,9 @@ class DependenciesCalls(QueueCallsBase):
                 **args,
             )
         elif run_on == "success":  # the routine of 0.1.0
-            rows = yield statement_call("push_after", **args)
+            rows = yield statement_call(statements.PUSH_AFTER, **args)
         else:
-            rows = yield statement_call("push_after_on", run_on=run_on, **args)
+            rows = yield statement_call(statements.PUSH_AFTER_ON, run_on=run_on, **args)
         return bool(rows[0][0])
 
     @sans_io
@@ -112,7 +112,7 @@ class DependenciesCalls(QueueCallsBase):
         if not items:
             return 0
         calls = [
-            statement_call("push_after_batch", queue=self.name, messages=encode_json(list(part)))
+            statement_call(statements.PUSH_AFTER_BATCH, queue=self.name, messages=encode_json(list(part)))
             for part in chunks(items, sansio.CHUNK_SIZE)
         ]
         results = yield from each_call(calls)
@@ -125,10 +125,12 @@ class DependenciesCalls(QueueCallsBase):
         cancelled: its last error in ``error``); [] for a message without parents or not live."""
         d = self.db.dialect
         rows = yield statement_call(
-            "parent_results", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+            statements.PARENT_RESULTS, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         out = []
-        for _, q, k, t, state, result in sorted(rows, key=lambda row: int(row[0])):
+        for _, q, k, t, state, result in sorted(
+            (named(statements.PARENT_RESULTS, row) for row in rows), key=lambda r: int(r.ordinal)
+        ):
             value = d.codec.read_payload(result)
             if state in ("failed", "cancelled"):  # queue_parent_results gives its last_error there
                 out.append(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .. import sansio
+from .. import sansio, statements
 from ..dialects import Duration, key_value, text_value, token_value, whole_number
 from ..rows import Reservation, reservations_from_rows
 from ..sansio import chunks, each_call, sans_io, statement_call, statement_call_sets
@@ -47,7 +47,9 @@ class FastPathsCalls(QueueCallsBase):
             n=whole_number(n, "n"),
             kinds=d.codec.kinds(kinds),
         )
-        committed, rows = d.codec.read_commit_reserve((yield statement_call_sets("commit_reserve", **params)))
+        committed, rows = d.codec.read_commit_reserve(
+            (yield statement_call_sets(statements.COMMIT_RESERVE, **params))
+        )
         return (None if committed is None else bool(committed)), reservations_from_rows(self.name, d, rows)
 
     @sans_io
@@ -63,7 +65,7 @@ class FastPathsCalls(QueueCallsBase):
         items = [r if type(r) is Reservation else held_reservation(r) for r in items]
         commits = [
             statement_call(
-                "commit_batch",
+                statements.COMMIT_BATCH,
                 queue=self.name,
                 keys=d.codec.text_array([r.key if type(r.key) is str else key_value(r.key) for r in part]),
                 kinds=d.codec.text_array(

@@ -4,6 +4,7 @@ groups."""
 
 from __future__ import annotations
 
+from .. import statements
 from ..dialects import text_value
 from ..rows import MAX_GROUP_LIMIT
 from ..sansio import sans_io, statement_call
@@ -20,7 +21,7 @@ class GroupsCalls(QueueCallsBase):
         (a named group's own k overrides it). k None removes it (back to the default; the
         queue's default back to 1, one at a time). k from 1 to 10000."""
         yield statement_call(
-            "set_group_limit",
+            statements.SET_GROUP_LIMIT,
             queue=self.name,
             group=text_value(group, "group"),
             k=whole_number_within(k, "k", 1, MAX_GROUP_LIMIT),

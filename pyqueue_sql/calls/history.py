@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .. import errors
+from .. import errors, statements
 from ..dialects import key_value, text_value, whole_number
-from ..rows import DeadLetter, HistoryRow, MessageInfo, read_headers
+from ..rows import DeadLetter, HistoryRow, MessageInfo, named, read_headers
 from ..sansio import sans_io, statement_call
 from .base import QueueCallsBase
 
@@ -22,37 +22,25 @@ class HistoryCalls(QueueCallsBase):
         attempts, last error...), or None when there is none."""
         d = self.db.dialect
         rows = yield statement_call(
-            "message", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+            statements.MESSAGE, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         if not rows:
             return None
-        (
-            p_key,
-            p_kind,
-            state,
-            payload,
-            priority,
-            attempts,
-            scheduled,
-            created,
-            reserved_by,
-            last_error,
-            dead_from,
-        ) = rows[0][:11]  # a newer queue_message's trailing columns (progress...): Queue.result
+        r = named(statements.MESSAGE, rows[0])  # its progress and cancel_requested: Queue.result
         return MessageInfo(
             self.name,
-            p_key,
-            p_kind,
-            str(state),
-            d.codec.read_payload(payload),
-            int(priority),
-            int(attempts),
-            d.codec.read_time(scheduled),
-            d.codec.read_time(created),
-            reserved_by,
-            last_error,
-            dead_from,
-            read_headers(d, rows[0], 13),
+            r.p_key,
+            r.p_kind,
+            str(r.state),
+            d.codec.read_payload(r.payload),
+            int(r.priority),
+            int(r.attempts),
+            d.codec.read_time(r.scheduled_at),
+            d.codec.read_time(r.created_at),
+            r.reserved_by,
+            r.last_error,
+            r.dead_from,
+            read_headers(d, r.headers),
         )
 
     @sans_io
@@ -61,17 +49,26 @@ class HistoryCalls(QueueCallsBase):
         most 100; only kept when the queue has a history_retention)."""
         d = self.db.dialect
         rows = yield statement_call(
-            "message_history", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+            statements.MESSAGE_HISTORY, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         return [
-            HistoryRow(d.codec.read_time(at), str(outcome), to_queue, int(attempts), reserved_by, last_error)
-            for at, outcome, to_queue, attempts, reserved_by, last_error in rows
+            HistoryRow(
+                d.codec.read_time(r.processed_at),
+                str(r.outcome),
+                r.to_queue,
+                int(r.attempts),
+                r.reserved_by,
+                r.last_error,
+            )
+            for r in (named(statements.MESSAGE_HISTORY, row) for row in rows)
         ]
 
     @sans_io
     def purge_history(self, n: int | None = None) -> int:
         """Deletes up to n (None = 10000) history rows past this queue's history_retention; returns how many."""
-        return int((yield statement_call("purge_history", queue=self.name, n=whole_number(n, "n")))[0][0])
+        return int(
+            (yield statement_call(statements.PURGE_HISTORY, queue=self.name, n=whole_number(n, "n")))[0][0]
+        )
 
     @sans_io
     def replay(self, start: dt.datetime | None = None, end: dt.datetime | None = None) -> int:
@@ -83,7 +80,7 @@ class HistoryCalls(QueueCallsBase):
         return int(
             (
                 yield statement_call(
-                    "replay",
+                    statements.REPLAY,
                     queue=self.name,
                     start=d.codec.time(start, "start"),
                     end=d.codec.time(end, "end"),
@@ -99,7 +96,7 @@ class HistoryCalls(QueueCallsBase):
         return int(
             (
                 yield statement_call(
-                    "redrive",
+                    statements.REDRIVE,
                     queue=self.name,
                     to_queue=text_value(target, "to_queue"),
                     n=whole_number(n, "n"),
@@ -114,21 +111,19 @@ class HistoryCalls(QueueCallsBase):
         d = self.db.dialect
         return [
             DeadLetter(
-                dlq,
-                origin,
-                key,
-                kind,
-                d.codec.read_payload(payload),
-                priority,
-                None if attempts is None else int(attempts),
-                d.codec.read_time(created),
-                d.codec.read_time(arrived),
-                bool(reserved),
-                last_error,
-                read_headers(d, row, 11),
+                r.dead_letter_queue,
+                r.from_queue,
+                r.p_key,
+                r.p_kind,
+                d.codec.read_payload(r.payload),
+                r.priority,
+                None if r.attempts is None else int(r.attempts),
+                d.codec.read_time(r.created_at),
+                d.codec.read_time(r.dead_lettered_at),
+                bool(r.reserved),
+                r.last_error,
+                read_headers(d, r.headers),
             )
-            for row in (yield statement_call("dead_letters", queue=self.name))
-            for dlq, origin, key, kind, payload, priority, attempts, created, arrived, reserved, last_error, *_ in (
-                row,
-            )
+            for row in (yield statement_call(statements.DEAD_LETTERS, queue=self.name))
+            for r in (named(statements.DEAD_LETTERS, row),)
         ]

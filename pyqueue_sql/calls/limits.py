@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .. import dialects, errors
+from .. import dialects, errors, statements
 from ..dialects import Duration, text_value, whole_number
-from ..rows import MAX_RATE_N, MAX_RATE_PER, LimitInfo, RateInfo, rate_from_row
+from ..rows import MAX_RATE_N, MAX_RATE_PER, LimitInfo, RateInfo, named, rate_from_row
 from ..sansio import sans_io, statement_call
 from .base import DatabaseCallsBase, QueueCallsBase, whole_number_within
 
@@ -20,7 +20,7 @@ class LimitsCalls(QueueCallsBase):
     def set_limit(self, kind: str, capacity: int | None) -> None:
         """At most capacity messages of kind reserved at once (None removes the limit)."""
         yield statement_call(
-            "set_limit",
+            statements.SET_LIMIT,
             queue=self.name,
             kind=text_value(kind, "kind"),
             capacity=whole_number(capacity, "capacity"),
@@ -29,8 +29,9 @@ class LimitsCalls(QueueCallsBase):
     @sans_io
     def limits(self) -> list[LimitInfo]:
         return [
-            LimitInfo(q, k, int(c), int(u))
-            for q, k, c, u in (yield statement_call("limits", queue=self.name))
+            LimitInfo(r.queue, r.p_kind, int(r.capacity), int(r.in_use))
+            for row in (yield statement_call(statements.LIMITS, queue=self.name))
+            for r in (named(statements.LIMITS, row),)
         ]
 
     @sans_io
@@ -53,7 +54,7 @@ class LimitsCalls(QueueCallsBase):
                     f"per must be more than 0 seconds and at most 1 day (86400 seconds), not {span.total_seconds():g} seconds"
                 )
         yield statement_call(
-            "set_rate",
+            statements.SET_RATE,
             queue=self.name,
             kind=text_value(kind, "kind"),
             n=n,
@@ -64,7 +65,8 @@ class LimitsCalls(QueueCallsBase):
     def rates(self) -> list[RateInfo]:
         """This queue's rate limits (queue_rates): the queue-wide one (kind None) first, then by kind."""
         return [
-            rate_from_row(self.db.dialect, row) for row in (yield statement_call("rates", queue=self.name))
+            rate_from_row(self.db.dialect, row)
+            for row in (yield statement_call(statements.RATES, queue=self.name))
         ]
 
 
@@ -75,11 +77,15 @@ class LimitsDatabaseCalls(DatabaseCallsBase):
     def limits(self) -> list[LimitInfo]:
         """Every queue's concurrency limits."""
         return [
-            LimitInfo(q, k, int(c), int(u)) for q, k, c, u in (yield statement_call("limits", queue=None))
+            LimitInfo(r.queue, r.p_kind, int(r.capacity), int(r.in_use))
+            for row in (yield statement_call(statements.LIMITS, queue=None))
+            for r in (named(statements.LIMITS, row),)
         ]
 
     @sans_io
     def rates(self) -> list[RateInfo]:
         """Every queue's rate limits (queue_rates), ordered by queue, then kind (the queue-wide
         rate, kind None, first)."""
-        return [rate_from_row(self.dialect, row) for row in (yield statement_call("rates", queue=None))]
+        return [
+            rate_from_row(self.dialect, row) for row in (yield statement_call(statements.RATES, queue=None))
+        ]

@@ -8,7 +8,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .. import sansio, tracing
+from .. import sansio, statements, tracing
 from ..dialects import encode_json, key_value, text_value
 from ..rows import NewMessage
 from ..sansio import chunks, each_call, sans_io, statement_call
@@ -51,10 +51,12 @@ class ProduceCalls(QueueCallsBase):
         if headers is not None:
             params["headers"] = encode_headers(headers)
         if group is None:
-            rows = yield statement_call("push" if headers is None else "push_with_headers", **params)
+            rows = yield statement_call(
+                statements.PUSH if headers is None else statements.PUSH_WITH_HEADERS, **params
+            )
         else:
             rows = yield statement_call(
-                "push_grouped" if headers is None else "push_grouped_with_headers",
+                statements.PUSH_GROUPED if headers is None else statements.PUSH_GROUPED_WITH_HEADERS,
                 **params,
                 group=text_value(group, "group"),
             )
@@ -104,13 +106,15 @@ class ProduceCalls(QueueCallsBase):
         if all(h is None for h in headers):
             if not grouped:
                 pushes = [
-                    statement_call("push_batch", queue=self.name, **d.codec.batch(part))
+                    statement_call(statements.PUSH_BATCH, queue=self.name, **d.codec.batch(part))
                     for part in chunks(items, sansio.CHUNK_SIZE)
                 ]
             else:
                 pushes = [
                     statement_call(
-                        "push_batch_grouped", queue=self.name, **d.codec.grouped_batch(part, group_part)
+                        statements.PUSH_BATCH_GROUPED,
+                        queue=self.name,
+                        **d.codec.grouped_batch(part, group_part),
                     )
                     for part, group_part in zip(
                         chunks(items, sansio.CHUNK_SIZE), chunks(groups, sansio.CHUNK_SIZE)
@@ -119,7 +123,7 @@ class ProduceCalls(QueueCallsBase):
         elif not grouped:
             pushes = [
                 statement_call(
-                    "push_batch_with_headers",
+                    statements.PUSH_BATCH_WITH_HEADERS,
                     queue=self.name,
                     **batch_with_headers(lambda ix, p=part: d.codec.batch([p[i] for i in ix]), h_part),
                 )
@@ -128,7 +132,7 @@ class ProduceCalls(QueueCallsBase):
         else:
             pushes = [
                 statement_call(
-                    "push_batch_grouped_with_headers",
+                    statements.PUSH_BATCH_GROUPED_WITH_HEADERS,
                     queue=self.name,
                     **batch_with_headers(
                         lambda ix, p=part, g=group_part: d.codec.grouped_batch(
@@ -158,7 +162,7 @@ class ProduceCalls(QueueCallsBase):
         priority (debounce). Returns 'inserted', 'replaced', or 'reserved' (held by a consumer: left alone)."""
         d = self.db.dialect
         rows = yield statement_call(
-            "push_replace",
+            statements.PUSH_REPLACE,
             queue=self.name,
             key=key_value(key),
             kind=text_value(kind, "kind"),

@@ -4,6 +4,7 @@ QueueCalls and DatabaseCalls are composed of these groups."""
 
 from __future__ import annotations
 
+from .. import statements
 from ..dialects import Duration, text_value, whole_number
 from ..rows import QueueSettings, QueueStats, settings_from_row, stats_from_row
 from ..sansio import sans_io, statement_call
@@ -30,7 +31,7 @@ class QueuesCalls(QueueCallsBase):
         if isinstance(dead_letter_queue, QueueCallsBase):
             dead_letter_queue = dead_letter_queue.name
         yield statement_call(
-            "create",
+            statements.CREATE,
             queue=self.name,
             visibility_timeout=d.codec.duration(visibility_timeout, "visibility_timeout"),
             max_attempts=whole_number(max_attempts, "max_attempts"),
@@ -44,7 +45,7 @@ class QueuesCalls(QueueCallsBase):
         """Puts one setting back to its default: 'visibility_timeout' (30 s), 'max_attempts' (10),
         'dead_letter_queue' (none), 'history_retention' (none: no history kept),
         'max_reservation' (12 hours) or 'max_payload' (1048576 bytes)."""
-        yield statement_call("reset_setting", queue=self.name, setting=text_value(name, "setting"))
+        yield statement_call(statements.RESET_SETTING, queue=self.name, setting=text_value(name, "setting"))
 
     @sans_io
     def set_max_reservation(self, max_reservation: Duration = None) -> None:
@@ -53,7 +54,7 @@ class QueuesCalls(QueueCallsBase):
         below the queue's visibility_timeout."""
         d = self.db.dialect
         yield statement_call(
-            "set_max_reservation",
+            statements.SET_MAX_RESERVATION,
             queue=self.name,
             max_reservation=d.codec.duration(max_reservation, "max_reservation"),
         )
@@ -64,7 +65,7 @@ class QueuesCalls(QueueCallsBase):
         (larger is refused with InvalidPayloadError). None = the default, 1048576 (1 MiB);
         1 to 268435456."""
         yield statement_call(
-            "set_max_payload",
+            statements.SET_MAX_PAYLOAD,
             queue=self.name,
             max_payload=whole_number_within(max_payload, "max_payload", 1, MAX_PAYLOAD_LIMIT),
         )
@@ -72,23 +73,25 @@ class QueuesCalls(QueueCallsBase):
     @sans_io
     def settings(self) -> QueueSettings:
         """The queue's settings (durations as timedelta)."""
-        return settings_from_row(self.db.dialect, (yield statement_call("settings", queue=self.name))[0])
+        return settings_from_row(
+            self.db.dialect, (yield statement_call(statements.SETTINGS, queue=self.name))[0]
+        )
 
     @sans_io
     def drop(self) -> None:
-        yield statement_call("drop", queue=self.name)
+        yield statement_call(statements.DROP, queue=self.name)
 
     @sans_io
     def pause(self) -> None:
-        yield statement_call("pause", queue=self.name)
+        yield statement_call(statements.PAUSE, queue=self.name)
 
     @sans_io
     def resume(self) -> None:
-        yield statement_call("resume", queue=self.name)
+        yield statement_call(statements.RESUME, queue=self.name)
 
     @sans_io
     def stats(self) -> QueueStats:
-        return stats_from_row(self.db.dialect, (yield statement_call("stats", queue=self.name))[0])
+        return stats_from_row(self.db.dialect, (yield statement_call(statements.STATS, queue=self.name))[0])
 
 
 class QueuesDatabaseCalls(DatabaseCallsBase):
@@ -97,11 +100,14 @@ class QueuesDatabaseCalls(DatabaseCallsBase):
     @sans_io
     def stats(self) -> list[QueueStats]:
         """One row per queue."""
-        return [stats_from_row(self.dialect, row) for row in (yield statement_call("stats", queue=None))]
+        return [
+            stats_from_row(self.dialect, row) for row in (yield statement_call(statements.STATS, queue=None))
+        ]
 
     @sans_io
     def settings(self) -> list[QueueSettings]:
         """Every queue's settings, ordered by queue name."""
         return [
-            settings_from_row(self.dialect, row) for row in (yield statement_call("settings", queue=None))
+            settings_from_row(self.dialect, row)
+            for row in (yield statement_call(statements.SETTINGS, queue=None))
         ]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .. import statements
 from ..dialects import Duration, Row, text_value, whole_number
-from ..rows import Message, Reservation, read_headers, reservations_from_rows
+from ..rows import Message, Reservation, named, read_headers, reservations_from_rows
 from ..sansio import ONE_TRANSACTION, chunk_sizes, sans_io, statement_call
 from .base import QueueCallsBase, default_worker_name
 
@@ -22,16 +23,16 @@ class ReserveCalls(QueueCallsBase):
         return [
             Message(
                 self.name,
-                key,
-                kind,
-                d.codec.read_payload(payload),
-                priority,
-                attempts,
-                d.codec.read_time(created),
-                read_headers(d, row, 6),
+                r.p_key,
+                r.p_kind,
+                d.codec.read_payload(r.payload),
+                r.priority,
+                r.attempts,
+                d.codec.read_time(r.created_at),
+                read_headers(d, r.headers),
             )
-            for row in (yield statement_call("pop", queue=self.name, n=whole_number(n, "n")))
-            for key, kind, payload, priority, attempts, created, *_ in (row,)
+            for row in (yield statement_call(statements.POP, queue=self.name, n=whole_number(n, "n")))
+            for r in (named(statements.POP, row),)
         ]
 
     @sans_io
@@ -58,7 +59,7 @@ class ReserveCalls(QueueCallsBase):
             yield ONE_TRANSACTION
         rows: list[Row] = []
         for size in sizes:
-            got = yield statement_call("reserve", **params, n=size)
+            got = yield statement_call(statements.RESERVE, **params, n=size)
             rows += got
             if len(sizes) == 1 or len(got) < size:
                 break

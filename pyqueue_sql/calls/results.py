@@ -8,9 +8,9 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .. import errors, sansio
+from .. import errors, sansio, statements
 from ..dialects import Duration, encode_json, key_value, read_token, text_value, token_value
-from ..rows import MAX_PROGRESS_BYTES, Renewal, Reservation, Result, result_from_rows
+from ..rows import MAX_PROGRESS_BYTES, Renewal, Reservation, Result, named, result_from_rows
 from ..sansio import chunks, each_call, sans_io, statement_call
 from .base import INT_MAX, INT_MIN, QueueCallsBase, held_reservation, whole_number_within
 
@@ -25,7 +25,7 @@ class ResultsCalls(QueueCallsBase):
         progress. None turns recording off (the rows kept go at the next purge_history); at most
         3650 days."""
         yield statement_call(
-            "set_result_retention",
+            statements.SET_RESULT_RETENTION,
             queue=self.name,
             retention=self.db.dialect.codec.duration(retention, "retention"),
         )
@@ -34,7 +34,7 @@ class ResultsCalls(QueueCallsBase):
     def result(self, key: str | int, kind: str) -> Result:
         """The message's state now (a Result; a live message wins over a stored result)."""
         rows = yield statement_call(
-            "result", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+            statements.RESULT, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         return result_from_rows(self.db.dialect, self.name, key, kind, rows)
 
@@ -53,7 +53,7 @@ class ResultsCalls(QueueCallsBase):
         across pages: a page may hold more than n of them). Live messages are not listed."""
         d = self.db.dialect
         rows = yield statement_call(
-            "results",
+            statements.RESULTS,
             queue=self.name,
             kind=None if kind is None else text_value(kind, "kind"),
             state=None if state is None else text_value(state, "state"),
@@ -63,16 +63,16 @@ class ResultsCalls(QueueCallsBase):
         return [
             Result(
                 self.name,
-                str(key),
-                str(k),
-                str(st),
-                d.codec.read_payload(result),
-                last_error,
-                int(attempts),
-                d.codec.read_payload(progress),
-                d.codec.read_time(finished_at),
+                str(r.p_key),
+                str(r.p_kind),
+                str(r.state),
+                d.codec.read_payload(r.result),
+                r.last_error,
+                int(r.attempts),
+                d.codec.read_payload(r.progress),
+                d.codec.read_time(r.finished_at),
             )
-            for key, k, st, result, last_error, attempts, progress, finished_at in rows
+            for r in (named(statements.RESULTS, row) for row in rows)
         ]
 
     @sans_io
@@ -87,7 +87,7 @@ class ResultsCalls(QueueCallsBase):
         result retention (queue_purge_results; the admin capability). Returns how many: fewer
         than n when none is left."""
         rows = yield statement_call(
-            "purge_results",
+            statements.PURGE_RESULTS,
             queue=self.name,
             state=None if state is None else text_value(state, "state"),
             before=self.db.dialect.codec.time(before, "before"),
@@ -102,7 +102,7 @@ class ResultsCalls(QueueCallsBase):
         is what to call: on PostgreSQL it LISTENs instead."""
         d = self.db.dialect
         rows = yield statement_call(
-            "result_wait",
+            statements.RESULT_WAIT,
             queue=self.name,
             key=key_value(key),
             kind=text_value(kind, "kind"),
@@ -114,7 +114,7 @@ class ResultsCalls(QueueCallsBase):
     def result_channel(self) -> str | None:
         """The PostgreSQL NOTIFY channel the results of this queue are announced on
         (queue_result_channel), with the payload {"key", "kind", "state"}."""
-        channel = (yield statement_call("result_channel", queue=self.name))[0][0]
+        channel = (yield statement_call(statements.RESULT_CHANNEL, queue=self.name))[0][0]
         return None if channel is None else str(channel)
 
     @sans_io
@@ -123,7 +123,7 @@ class ResultsCalls(QueueCallsBase):
         runs), 'requested' (a consumer holds it: asked to stop, see renew and cancel_held) or
         'unknown' (no live message)."""
         rows = yield statement_call(
-            "cancel", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+            statements.CANCEL, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )
         return str(rows[0][0])
 
@@ -133,7 +133,9 @@ class ResultsCalls(QueueCallsBase):
         message's result in the same step. The queue must keep results (set_result_retention).
         False if the reservation no longer holds (nothing is written)."""
         return bool(
-            (yield statement_call("commit_result", **self._held(r), result=encode_json(result)))[0][0]
+            (yield statement_call(statements.COMMIT_RESULT, **self._held(r), result=encode_json(result)))[0][
+                0
+            ]
         )
 
     @sans_io
@@ -147,7 +149,7 @@ class ResultsCalls(QueueCallsBase):
         d = self.db.dialect
         commits = [
             statement_call(
-                "commit_result_batch",
+                statements.COMMIT_RESULT_BATCH,
                 queue=self.name,
                 keys=d.codec.text_array([key_value(r.key) for r, _ in part]),
                 kinds=d.codec.text_array([text_value(r.kind, "kind") for r, _ in part]),
@@ -168,15 +170,18 @@ class ResultsCalls(QueueCallsBase):
             raise errors.InvalidArgumentError(
                 f"progress is {len(text.encode('utf-8'))} bytes of JSON, more than {MAX_PROGRESS_BYTES}"
             )
-        return bool((yield statement_call("set_progress", **self._held(r), progress=text))[0][0])
+        return bool((yield statement_call(statements.SET_PROGRESS, **self._held(r), progress=text))[0][0])
 
     @sans_io
     def renew(self, r: Reservation, timeout: Duration = None) -> Renewal:
         """extend, and whether a cancel was requested: (the reservation with its new token, or
         None when it no longer holds; cancel_requested)."""
         d = self.db.dialect
-        rows = yield statement_call("renew", **self._held(r), timeout=d.codec.duration(timeout, "timeout"))
-        token, requested = rows[0] if rows else (None, False)
+        rows = yield statement_call(
+            statements.RENEW, **self._held(r), timeout=d.codec.duration(timeout, "timeout")
+        )
+        renewed = named(statements.RENEW, rows[0] if rows else ())  # no row: no token, no cancel
+        token, requested = renewed.token, bool(renewed.cancel_requested)
         return Renewal(None if token is None else replace(r, token=read_token(token)), bool(requested))
 
     @sans_io
@@ -184,4 +189,4 @@ class ResultsCalls(QueueCallsBase):
         """Ends a held message as cancelled (its consumer stopped for a cancel, or cancels it
         itself): removed, recorded as cancelled with its progress. False if the reservation no
         longer holds."""
-        return bool((yield statement_call("cancel_held", **self._held(r)))[0][0])
+        return bool((yield statement_call(statements.CANCEL_HELD, **self._held(r)))[0][0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from .. import statements
 from ..dialects import Duration, encode_json, key_value, text_value
 from ..rows import ScheduleInfo, schedule_from_row
 from ..sansio import sans_io, statement_call
@@ -21,7 +22,7 @@ class SchedulesCalls(QueueCallsBase):
         d = self.db.dialect
         at = (
             yield statement_call(
-                "schedule_every",
+                statements.SCHEDULE_EVERY,
                 queue=self.name,
                 key=key_value(key),
                 kind=text_value(kind, "kind"),
@@ -37,7 +38,7 @@ class SchedulesCalls(QueueCallsBase):
         d = self.db.dialect
         at = (
             yield statement_call(
-                "schedule_cron",
+                statements.SCHEDULE_CRON,
                 queue=self.name,
                 key=key_value(key),
                 kind=text_value(kind, "kind"),
@@ -52,7 +53,7 @@ class SchedulesCalls(QueueCallsBase):
         return bool(
             (
                 yield statement_call(
-                    "unschedule", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+                    statements.UNSCHEDULE, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
                 )
             )[0][0]
         )
@@ -61,7 +62,7 @@ class SchedulesCalls(QueueCallsBase):
     def schedules(self) -> list[ScheduleInfo]:
         return [
             schedule_from_row(self.db.dialect, row)
-            for row in (yield statement_call("schedules", queue=self.name))
+            for row in (yield statement_call(statements.SCHEDULES, queue=self.name))
         ]
 
 
@@ -72,5 +73,6 @@ class SchedulesDatabaseCalls(DatabaseCallsBase):
     def schedules(self) -> list[ScheduleInfo]:
         """Every queue's recurring messages."""
         return [
-            schedule_from_row(self.dialect, row) for row in (yield statement_call("schedules", queue=None))
+            schedule_from_row(self.dialect, row)
+            for row in (yield statement_call(statements.SCHEDULES, queue=None))
         ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .. import statements
 from ..dialects import Duration, encode_json, key_value, read_token, text_value
 from ..rows import Reservation
 from ..sansio import sans_io, statement_call
@@ -18,14 +19,18 @@ class SettleCalls(QueueCallsBase):
     @sans_io
     def commit(self, r: Reservation) -> bool:
         """Deletes the message; False if the reservation no longer holds."""
-        return bool((yield statement_call("commit", **self._held(r)))[0][0])
+        return bool((yield statement_call(statements.COMMIT, **self._held(r)))[0][0])
 
     @sans_io
     def rollback(self, r: Reservation, delay: Duration = None) -> bool:
         """Gives the message back (eligible after delay), or dead-letters it after max_attempts."""
         d = self.db.dialect
         return bool(
-            (yield statement_call("rollback", **self._held(r), delay=d.codec.duration(delay, "delay")))[0][0]
+            (
+                yield statement_call(
+                    statements.ROLLBACK, **self._held(r), delay=d.codec.duration(delay, "delay")
+                )
+            )[0][0]
         )
 
     @sans_io
@@ -35,7 +40,11 @@ class SettleCalls(QueueCallsBase):
         error is kept. False if the reservation no longer holds."""
         d = self.db.dialect
         return bool(
-            (yield statement_call("snooze", **self._held(r), delay=d.codec.duration(delay, "delay")))[0][0]
+            (
+                yield statement_call(
+                    statements.SNOOZE, **self._held(r), delay=d.codec.duration(delay, "delay")
+                )
+            )[0][0]
         )
 
     @sans_io
@@ -47,7 +56,7 @@ class SettleCalls(QueueCallsBase):
         return int(
             (
                 yield statement_call(
-                    "release",
+                    statements.RELEASE,
                     queue=self.name,
                     worker=None if worker is None else text_value(worker, "worker"),
                 )
@@ -67,7 +76,10 @@ class SettleCalls(QueueCallsBase):
         d = self.db.dialect
         outcome = (
             yield statement_call(
-                "fail", **self._held(r), delay=d.codec.duration(delay, "delay"), error=error_text(error)
+                statements.FAIL,
+                **self._held(r),
+                delay=d.codec.duration(delay, "delay"),
+                error=error_text(error),
             )
         )[0][0]
         return None if outcome is None else str(outcome)
@@ -79,7 +91,7 @@ class SettleCalls(QueueCallsBase):
 
         Returns 'dead_lettered', 'dropped' (the queue has no dead-letter queue), or None when the
         reservation no longer holds."""
-        outcome = (yield statement_call("give_up", **self._held(r), error=error_text(error)))[0][0]
+        outcome = (yield statement_call(statements.GIVE_UP, **self._held(r), error=error_text(error)))[0][0]
         return None if outcome is None else str(outcome)
 
     @sans_io
@@ -87,7 +99,9 @@ class SettleCalls(QueueCallsBase):
         """Extends the reservation; returns it with its new token, or None if it no longer holds."""
         d = self.db.dialect
         token = (
-            yield statement_call("extend", **self._held(r), timeout=d.codec.duration(timeout, "timeout"))
+            yield statement_call(
+                statements.EXTEND, **self._held(r), timeout=d.codec.duration(timeout, "timeout")
+            )
         )[0][0]
         return None if token is None else replace(r, token=read_token(token))
 
@@ -99,7 +113,7 @@ class SettleCalls(QueueCallsBase):
         return bool(
             (
                 yield statement_call(
-                    "move",
+                    statements.MOVE,
                     **self._held(r),
                     to_queue=text_value(target, "to_queue"),
                     payload=None if payload is UNCHANGED else encode_json(payload),
@@ -113,7 +127,7 @@ class SettleCalls(QueueCallsBase):
         return bool(
             (
                 yield statement_call(
-                    "remove", queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
+                    statements.REMOVE, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
                 )
             )[0][0]
         )

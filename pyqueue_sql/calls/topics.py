@@ -8,9 +8,9 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .. import sansio, tracing
+from .. import sansio, statements, tracing
 from ..dialects import encode_json, key_value, text_value
-from ..rows import Binding, Publication
+from ..rows import Binding, Publication, named
 from ..sansio import chunks, each_call, sans_io, statement_call
 from .base import (
     DatabaseCallsBase,
@@ -52,9 +52,11 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
         )
         headers = tracing.with_context(headers_value(headers), tracing.current_carrier())
         if headers is None:
-            rows = yield statement_call("publish", **params)
+            rows = yield statement_call(statements.PUBLISH, **params)
         else:
-            rows = yield statement_call("publish_with_headers", **params, headers=encode_headers(headers))
+            rows = yield statement_call(
+                statements.PUBLISH_WITH_HEADERS, **params, headers=encode_headers(headers)
+            )
         return int(rows[0][0])
 
     @sans_io
@@ -90,7 +92,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
             headers = [tracing.with_context(h, carrier) for h in headers]
         if all(h is None for h in headers):
             publishes = [
-                statement_call("publish_batch", **d.codec.topic_batch(topic_part, part))
+                statement_call(statements.PUBLISH_BATCH, **d.codec.topic_batch(topic_part, part))
                 for topic_part, part in zip(
                     chunks(topics, sansio.CHUNK_SIZE), chunks(items, sansio.CHUNK_SIZE)
                 )
@@ -98,7 +100,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
         else:
             publishes = [
                 statement_call(
-                    "publish_batch_with_headers",
+                    statements.PUBLISH_BATCH_WITH_HEADERS,
                     **batch_with_headers(
                         lambda ix, t=topic_part, p=part: d.codec.topic_batch(
                             [t[i] for i in ix], [p[i] for i in ix]
@@ -122,7 +124,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
         return bool(
             (
                 yield statement_call(
-                    "bind", pattern=text_value(pattern, "pattern"), queue=queue_name_arg(queue)
+                    statements.BIND, pattern=text_value(pattern, "pattern"), queue=queue_name_arg(queue)
                 )
             )[0][0]
         )
@@ -133,7 +135,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
         return bool(
             (
                 yield statement_call(
-                    "unbind", pattern=text_value(pattern, "pattern"), queue=queue_name_arg(queue)
+                    statements.UNBIND, pattern=text_value(pattern, "pattern"), queue=queue_name_arg(queue)
                 )
             )[0][0]
         )
@@ -143,6 +145,7 @@ class TopicsDatabaseCalls(DatabaseCallsBase):
         """The bindings of one queue (None = every queue's), ordered by queue, then pattern."""
         d = self.dialect
         return [
-            Binding(pattern, q, d.codec.read_time(created))
-            for pattern, q, created in (yield statement_call("bindings", queue=queue_name_arg(queue)))
+            Binding(r.pattern, r.queue, d.codec.read_time(r.created_at))
+            for row in (yield statement_call(statements.BINDINGS, queue=queue_name_arg(queue)))
+            for r in (named(statements.BINDINGS, row),)
         ]

@@ -7,7 +7,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from .. import statements
 from ..dialects import Duration
+from ..rows import named
 from ..sansio import sans_io, statement_call
 from .base import QueueCallsBase
 
@@ -18,13 +20,15 @@ class WakeupsCalls(QueueCallsBase):
     @sans_io
     def channel(self) -> str:
         """The PostgreSQL NOTIFY channel that wakeups of this queue go to (queue_channel)."""
-        return str((yield statement_call("channel", queue=self.name))[0][0])
+        return str((yield statement_call(statements.CHANNEL, queue=self.name))[0][0])
 
     @sans_io
     def set_notify_window(self, window: Duration = None) -> None:
         """At most one wakeup (NOTIFY) per window (None = 50 ms, 0 = one per push statement)."""
         yield statement_call(
-            "set_notify_window", queue=self.name, window=self.db.dialect.codec.duration(window, "window")
+            statements.SET_NOTIFY_WINDOW,
+            queue=self.name,
+            window=self.db.dialect.codec.duration(window, "window"),
         )
 
     @sans_io
@@ -33,10 +37,13 @@ class WakeupsCalls(QueueCallsBase):
     ) -> tuple[dt.datetime | None, float | None]:
         """(when the next message becomes eligible, seconds from now; 0 = one is ready), or (None, None)."""
         d = self.db.dialect
-        at, wait_s = (yield statement_call("next_scheduled_at", queue=self.name, kinds=d.codec.kinds(kinds)))[
-            0
-        ]
-        return d.codec.read_time(at), None if wait_s is None else float(wait_s)
+        r = named(
+            statements.NEXT_SCHEDULED_AT,
+            (yield statement_call(statements.NEXT_SCHEDULED_AT, queue=self.name, kinds=d.codec.kinds(kinds)))[
+                0
+            ],
+        )
+        return d.codec.read_time(r.next_scheduled_at), None if r.wait_s is None else float(r.wait_s)
 
     @sans_io
     def wait(
@@ -47,7 +54,7 @@ class WakeupsCalls(QueueCallsBase):
         return bool(
             (
                 yield statement_call(
-                    "wait",
+                    statements.WAIT,
                     queue=self.name,
                     kinds=d.codec.kinds(kinds),
                     timeout=d.codec.duration(timeout, "timeout"),

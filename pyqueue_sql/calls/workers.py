@@ -8,9 +8,9 @@ import os
 import socket
 from collections.abc import Sequence
 
-from .. import errors
+from .. import errors, statements
 from ..dialects import Duration, text_value, whole_number
-from ..rows import WorkerInfo, WorkerRegistration
+from ..rows import WorkerInfo, WorkerRegistration, named
 from ..sansio import sans_io, statement_call
 from .base import DatabaseCallsBase, registration_arg
 
@@ -32,11 +32,11 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         name = f"{host}:{pid}" if name is None else name
         if isinstance(queues, str):
             raise errors.InvalidArgumentError("queues must be a list of queue names, not a single str")
-        [(worker_id, secret)] = [
-            tuple(row)
+        [registered] = [
+            named(statements.WORKER_REGISTER, row)
             for row in (
                 yield statement_call(
-                    "worker_register",
+                    statements.WORKER_REGISTER,
                     name=text_value(name, "name"),
                     host=text_value(host, "host"),
                     pid=whole_number(pid, "pid"),
@@ -44,7 +44,8 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
                 )
             )
         ]
-        return WorkerRegistration(int(worker_id), name, f"{name}#{int(worker_id)}", str(secret))
+        worker_id = int(registered.worker_id)
+        return WorkerRegistration(worker_id, name, f"{name}#{worker_id}", str(registered.secret))
 
     @sans_io
     def heartbeat_worker(self, registration: WorkerRegistration) -> bool:
@@ -52,7 +53,9 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         the registration's secret is not that worker's."""
         reg = registration_arg(registration)
         return bool(
-            (yield statement_call("worker_heartbeat", worker_id=reg.worker_id, secret=reg.secret))[0][0]
+            (yield statement_call(statements.WORKER_HEARTBEAT, worker_id=reg.worker_id, secret=reg.secret))[
+                0
+            ][0]
         )
 
     @sans_io
@@ -60,7 +63,9 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         """Removes the registration; False when it is gone already or the secret is not that worker's."""
         reg = registration_arg(registration)
         return bool(
-            (yield statement_call("worker_deregister", worker_id=reg.worker_id, secret=reg.secret))[0][0]
+            (yield statement_call(statements.WORKER_DEREGISTER, worker_id=reg.worker_id, secret=reg.secret))[
+                0
+            ][0]
         )
 
     @sans_io
@@ -69,7 +74,8 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
         return int(
             (
                 yield statement_call(
-                    "release_dead_workers", older_than=self.dialect.codec.duration(older_than, "older_than")
+                    statements.RELEASE_DEAD_WORKERS,
+                    older_than=self.dialect.codec.duration(older_than, "older_than"),
                 )
             )[0][0]
         )
@@ -78,20 +84,22 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
     def workers(self) -> list[WorkerInfo]:
         d = self.dialect
         out = []
-        for wid, name, host, pid, queues, started, beat, age, reserve_as in (yield statement_call("workers")):
+        for row in (yield statement_call(statements.WORKERS)):
+            r = named(statements.WORKERS, row)
+            queues = r.queues
             if isinstance(queues, (str, bytes, bytearray)):
                 queues = d.codec.read_payload(queues)
             out.append(
                 WorkerInfo(
-                    int(wid),
-                    name,
-                    host,
-                    pid,
+                    int(r.worker_id),
+                    r.worker_name,
+                    r.host,
+                    r.pid,
                     None if queues is None else list(queues),
-                    d.codec.read_time(started),
-                    d.codec.read_time(beat),
-                    float(age),
-                    reserve_as,
+                    d.codec.read_time(r.started_at),
+                    d.codec.read_time(r.heartbeat_at),
+                    float(r.heartbeat_age_s),
+                    r.reserve_as,
                 )
             )
         return out

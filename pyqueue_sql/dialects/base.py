@@ -33,6 +33,7 @@ from typing import Any, TypeAlias, overload
 
 from .. import errors
 from ..queries import queries, split_script
+from ..statements import Statement
 
 UTC = dt.timezone.utc
 
@@ -276,6 +277,35 @@ def connection_failed(reason: str, detail: str, dsn: str) -> errors.ConnectionFa
     return errors.ConnectionFailedError(f"cannot connect: {_CONNECT_FAILURE[reason]}: {detail}", reason)
 
 
+# statement name and a result's column names -> where each declared column is in its rows (None:
+# where the statement's row type has them, as the server sent them). Filled once per statement and
+# column list, so that a row costs nothing more than its read.
+_LAYOUTS: dict[tuple[str, tuple[str | bytes, ...]], tuple[int, ...] | None] = {}
+
+
+def column_layout(columns: Sequence[str], names: Sequence[str | bytes]) -> tuple[int, ...] | None:
+    """Where each of a row type's columns is among a result's column names, or None when the rows
+    are read as they come: the same columns in the same order, or a result that lacks a declared
+    column (a schema from before it: its readers take the shorter row)."""
+    found = [n.decode() if isinstance(n, bytes) else n for n in names]
+    if tuple(found) == tuple(columns) or not set(columns) <= set(found):
+        return None
+    return tuple(found.index(c) for c in columns)
+
+
+def in_declared_order(statement: Statement, names: Sequence[str | bytes], rows: list[Row]) -> list[Row]:
+    """A result's rows with their values in the order of the statement's row type, its columns
+    matched by name (pyqueue_sql.statements): as they are when the server sends that order."""
+    key = (statement, tuple(names))
+    try:
+        layout = _LAYOUTS[key]
+    except KeyError:
+        layout = _LAYOUTS[key] = column_layout(statement.columns, key[1])
+    if layout is None:
+        return rows
+    return [tuple([row[i] for i in layout]) for row in rows]
+
+
 @dataclass(frozen=True)
 class JdbcDriver:
     """How Spark reaches a dialect over plain JDBC (pyqueue_sql.spark)."""
@@ -335,7 +365,7 @@ class Dialect:
     install_note: str = ""
     # Named statements that must run in a transaction of their own when the
     # caller has none (see Database.call).
-    own_transaction_statements: frozenset[str] = frozenset()
+    own_transaction_statements: frozenset[Statement] = frozenset()
 
     # The driver modules (sync, asyncio) and the extras that install them.
     driver: tuple[str, str] = ("", "")
@@ -437,24 +467,27 @@ class Dialect:
             raise
 
     # -- statements ------------------------------------------------------
-    def run(self, connection: Connection, name: str, params: Params) -> list[Row]:
+    def run(self, connection: Connection, name: Statement, params: Params) -> list[Row]:
         """Runs a named statement and returns all rows of its (single) result set."""
         raise NotImplementedError
 
-    def run_sets(self, connection: Connection, name: str, params: Params) -> list[list[Row]]:
+    def run_sets(self, connection: Connection, name: Statement, params: Params) -> list[list[Row]]:
         """Every result set of a named statement (PostgreSQL routines send one)."""
         return [self.run(connection, name, params)]
 
-    async def run_async(self, connection: AsyncConnection, name: str, params: Params) -> list[Row]:
+    async def run_async(self, connection: AsyncConnection, name: Statement, params: Params) -> list[Row]:
         """run on an asyncio connection."""
         raise NotImplementedError
 
-    async def run_sets_async(self, connection: AsyncConnection, name: str, params: Params) -> list[list[Row]]:
+    async def run_sets_async(
+        self, connection: AsyncConnection, name: Statement, params: Params
+    ) -> list[list[Row]]:
         """run_sets on an asyncio connection."""
         return [await self.run_async(connection, name, params)]
 
-    def statement(self, name: str) -> str:
-        return queries(self.name)[name]
+    def statement(self, statement: Statement) -> str:
+        """A declared statement's text in this dialect's queries.sql."""
+        return queries(self.name)[statement]
 
     def run_script(self, cursor: Cursor, text: str) -> None:
         """Runs a whole SQL script (an install or migration file) on a DB-API cursor, without
@@ -512,7 +545,7 @@ class Dialect:
             raise
 
     def run_in_own_transaction(
-        self, connection: Connection, name: str, params: Params, all_sets: bool = False
+        self, connection: Connection, name: Statement, params: Params, all_sets: bool = False
     ) -> list[Row] | list[list[Row]]:
         """A named statement in a transaction of its own: BEGIN, the statement, COMMIT; ROLLBACK
         when it raises (then its error goes on). Its rows as run (all_sets: as run_sets)."""
@@ -527,7 +560,7 @@ class Dialect:
         return rows
 
     async def run_in_own_transaction_async(
-        self, connection: AsyncConnection, name: str, params: Params, all_sets: bool = False
+        self, connection: AsyncConnection, name: Statement, params: Params, all_sets: bool = False
     ) -> list[Row] | list[list[Row]]:
         """run_in_own_transaction on an asyncio connection."""
         await self.begin_async(connection)

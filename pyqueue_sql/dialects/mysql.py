@@ -13,8 +13,9 @@ from decimal import Decimal
 from typing import Any, TypeAlias, overload
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .. import errors
+from .. import errors, statements
 from ..queries import migration_queries
+from ..statements import Statement
 from .base import (
     UTC,
     Admin,
@@ -35,6 +36,7 @@ from .base import (
     connection_failed,
     encode_json,
     fetch_all,
+    in_declared_order,
     scrub_exception,
     strip_driver,
 )
@@ -241,6 +243,12 @@ def _multi_statements(connection: Connection | AsyncConnection) -> bool:
     return bool(getattr(connection, "client_flag", 0) & CLIENT.MULTI_STATEMENTS)
 
 
+def _by_name(statement: Statement, description: Sequence[Sequence[Any]], rows: list[Row]) -> list[Row]:
+    """A result set's rows in the order of the statement's row type, its columns matched by name
+    (a procedure's SELECT names them)."""
+    return in_declared_order(statement, [d[0] for d in description], rows) if statement.columns else rows
+
+
 def _own_result(sets: list[list[Row]], all_sets: bool) -> list[Row] | list[list[Row]]:
     """The CALL's result sets out of the one-trip query's (those with columns: START
     TRANSACTION, the CALL's closing status and COMMIT have none), as run / run_sets give them."""
@@ -296,21 +304,21 @@ class MySQL(Dialect):
     # either the live message or its outcome; a renew claims as an extend does.
     own_transaction_statements = frozenset(
         {
-            "commit",
-            "rollback",
-            "fail",
-            "move",
-            "pop",
-            "commit_reserve",
-            "commit_batch",
-            "redrive",
-            "reserve",
-            "extend",
-            "commit_result",
-            "commit_result_batch",
-            "cancel",
-            "cancel_held",
-            "renew",
+            statements.COMMIT,
+            statements.ROLLBACK,
+            statements.FAIL,
+            statements.MOVE,
+            statements.POP,
+            statements.COMMIT_RESERVE,
+            statements.COMMIT_BATCH,
+            statements.REDRIVE,
+            statements.RESERVE,
+            statements.EXTEND,
+            statements.COMMIT_RESULT,
+            statements.COMMIT_RESULT_BATCH,
+            statements.CANCEL,
+            statements.CANCEL_HELD,
+            statements.RENEW,
         }
     )
     # ... but on MariaDB these need none from the client: in autocommit mode the procedure makes
@@ -329,7 +337,14 @@ class MySQL(Dialect):
     # so are the removal with its history and result rows of a commit_result, a cancel and a
     # cancel_held.
     self_contained_on_mariadb = frozenset(
-        {"commit", "reserve", "commit_reserve", "commit_result", "cancel", "cancel_held"}
+        {
+            statements.COMMIT,
+            statements.RESERVE,
+            statements.COMMIT_RESERVE,
+            statements.COMMIT_RESULT,
+            statements.CANCEL,
+            statements.CANCEL_HELD,
+        }
     )
     driver = ("pymysql", "mysql")
     async_driver = ("aiomysql", "asyncio")
@@ -451,24 +466,24 @@ class MySQL(Dialect):
         await connection.begin()
 
     # -- statements ------------------------------------------------------
-    def run(self, connection: Connection, name: str, params: Params) -> list[Row]:
+    def run(self, connection: Connection, name: Statement, params: Params) -> list[Row]:
         return self.run_sets(connection, name, params)[0]
 
-    def run_sets(self, connection: Connection, name: str, params: Params) -> list[list[Row]]:
+    def run_sets(self, connection: Connection, name: Statement, params: Params) -> list[list[Row]]:
         """Runs a named CALL and returns the rows of each result set it sends (at least one list)."""
         cur = connection.cursor()
         try:
             with self._driver_errors():
                 cur.execute(self.statement(name), params)
-                sets = [list(cur.fetchall()) if cur.description else []]
+                sets = [_by_name(name, cur.description, list(cur.fetchall())) if cur.description else []]
                 while cur.nextset():  # a CALL ends with a status result without rows
                     if cur.description:
-                        sets.append(list(cur.fetchall()))
+                        sets.append(_by_name(name, cur.description, list(cur.fetchall())))
             return sets
         finally:
             cur.close()
 
-    def _self_contained(self, name: str, connection: Connection | AsyncConnection) -> bool:
+    def _self_contained(self, name: Statement, connection: Connection | AsyncConnection) -> bool:
         return (
             name in self.self_contained_on_mariadb
             and bool(connection.get_autocommit())
@@ -476,7 +491,7 @@ class MySQL(Dialect):
         )
 
     def run_in_own_transaction(
-        self, connection: Connection, name: str, params: Params, all_sets: bool = False
+        self, connection: Connection, name: Statement, params: Params, all_sets: bool = False
     ) -> list[Row] | list[list[Row]]:
         if self._self_contained(name, connection):
             return (self.run_sets if all_sets else self.run)(connection, name, params)
@@ -487,10 +502,10 @@ class MySQL(Dialect):
                 cur = connection.cursor()
                 try:
                     cur.execute(_one_trip(self.statement(name)), params)
-                    sets = [list(cur.fetchall())] if cur.description else []
+                    sets = [_by_name(name, cur.description, list(cur.fetchall()))] if cur.description else []
                     while cur.nextset():
                         if cur.description:
-                            sets.append(list(cur.fetchall()))
+                            sets.append(_by_name(name, cur.description, list(cur.fetchall())))
                 finally:
                     cur.close()
             except BaseException:
@@ -500,7 +515,7 @@ class MySQL(Dialect):
         return _own_result(sets, all_sets)
 
     async def run_in_own_transaction_async(
-        self, connection: AsyncConnection, name: str, params: Params, all_sets: bool = False
+        self, connection: AsyncConnection, name: Statement, params: Params, all_sets: bool = False
     ) -> list[Row] | list[list[Row]]:
         if self._self_contained(name, connection):
             return await (self.run_sets_async if all_sets else self.run_async)(connection, name, params)
@@ -511,10 +526,14 @@ class MySQL(Dialect):
                 cur = await connection.cursor(_quiet_cursor())
                 try:
                     await cur.execute(_one_trip(self.statement(name)), params)
-                    sets = [list(await cur.fetchall())] if cur.description else []
+                    sets = (
+                        [_by_name(name, cur.description, list(await cur.fetchall()))]
+                        if cur.description
+                        else []
+                    )
                     while await cur.nextset():
                         if cur.description:
-                            sets.append(list(await cur.fetchall()))
+                            sets.append(_by_name(name, cur.description, list(await cur.fetchall())))
                 finally:
                     await cur.close()
             except BaseException:
@@ -523,20 +542,24 @@ class MySQL(Dialect):
                 raise
         return _own_result(sets, all_sets)
 
-    async def run_async(self, connection: AsyncConnection, name: str, params: Params) -> list[Row]:
+    async def run_async(self, connection: AsyncConnection, name: Statement, params: Params) -> list[Row]:
         return (await self.run_sets_async(connection, name, params))[0]
 
-    async def run_sets_async(self, connection: AsyncConnection, name: str, params: Params) -> list[list[Row]]:
+    async def run_sets_async(
+        self, connection: AsyncConnection, name: Statement, params: Params
+    ) -> list[list[Row]]:
         """run_sets on an aiomysql connection: every result set read (nextset) before the next
         statement, the same errors (aiomysql raises PyMySQL's)."""
         cur = await connection.cursor(_quiet_cursor())
         try:
             with self._driver_errors():
                 await cur.execute(self.statement(name), params)
-                sets = [list(await cur.fetchall()) if cur.description else []]
+                sets = [
+                    _by_name(name, cur.description, list(await cur.fetchall())) if cur.description else []
+                ]
                 while await cur.nextset():
                     if cur.description:
-                        sets.append(list(await cur.fetchall()))
+                        sets.append(_by_name(name, cur.description, list(await cur.fetchall())))
             return sets
         finally:
             await cur.close()
@@ -717,16 +740,16 @@ class MySQLAdmin(Admin):
         session and puts the session's sql_mode back afterwards. MySQL 8 never creates one."""
         cur = connection.cursor()
         try:
-            cur.execute(self.dialect.statement("session_sql_mode"))
+            cur.execute(self.dialect.statement(statements.SESSION_SQL_MODE))
             (saved,) = cur.fetchone()
-            cur.execute(self.dialect.statement("forbid_account_creation"))
+            cur.execute(self.dialect.statement(statements.FORBID_ACCOUNT_CREATION))
             try:
                 yield
             finally:
                 with contextlib.suppress(
                     Exception
                 ):  # a lost connection: the error that matters is the block's
-                    cur.execute(self.dialect.statement("set_session_sql_mode"), (saved,))
+                    cur.execute(self.dialect.statement(statements.SET_SESSION_SQL_MODE), (saved,))
         finally:
             cur.close()
 
@@ -737,7 +760,7 @@ class MySQLAdmin(Admin):
         before the procedures' own tables, even inside SQL SECURITY DEFINER."""
         cur = connection.cursor()
         try:
-            cur.execute(self.dialect.statement("temporary_table_grantees"))
+            cur.execute(self.dialect.statement(statements.TEMPORARY_TABLE_GRANTEES))
             return frozenset(str(row[0]) for row in cur.fetchall())
         finally:
             cur.close()

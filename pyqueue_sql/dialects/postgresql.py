@@ -7,8 +7,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .. import errors
+from .. import errors, statements
 from ..queries import split_script
+from ..statements import Statement
 from .base import (
     Admin,
     AsyncConnection,
@@ -26,6 +27,7 @@ from .base import (
     connection_failed,
     encode_json,
     fetch_all,
+    in_declared_order,
     strip_driver,
     without_secrets,
 )
@@ -227,13 +229,16 @@ class PostgreSQL(Dialect):
         connection.autocommit = True
 
     # -- statements ------------------------------------------------------
-    def run(self, connection: Connection, name: str, params: Params) -> list[Row]:
+    def run(self, connection: Connection, name: Statement, params: Params) -> list[Row]:
         import psycopg
 
         try:
             with connection.cursor() as cur:
                 cur.execute(self.statement(name), params)
-                return cur.fetchall() if _has_rows(cur) else []
+                if not _has_rows(cur):
+                    return []
+                rows = cur.fetchall()
+                return in_declared_order(name, _column_names(cur), rows) if name.columns else rows
         except psycopg.Error as exc:
             routine = _missing_routine(exc)
             exists = None if routine is None else _routine_exists(connection, routine)
@@ -242,14 +247,17 @@ class PostgreSQL(Dialect):
                 raise
             raise mapped from exc
 
-    async def run_async(self, connection: AsyncConnection, name: str, params: Params) -> list[Row]:
+    async def run_async(self, connection: AsyncConnection, name: Statement, params: Params) -> list[Row]:
         """run on a psycopg AsyncConnection: the same statement, the same errors."""
         import psycopg
 
         try:
             async with connection.cursor() as cur:
                 await cur.execute(self.statement(name), params)
-                return await cur.fetchall() if _has_rows(cur) else []
+                if not _has_rows(cur):
+                    return []
+                rows = await cur.fetchall()
+                return in_declared_order(name, _column_names(cur), rows) if name.columns else rows
         except psycopg.Error as exc:
             routine = _missing_routine(exc)
             exists = None if routine is None else await _routine_exists_async(connection, routine)
@@ -258,7 +266,9 @@ class PostgreSQL(Dialect):
                 raise
             raise mapped from exc
 
-    def _driver_error(self, name: str, exc: psycopg.Error, exists: bool | None) -> errors.QueueError | None:
+    def _driver_error(
+        self, name: Statement, exc: psycopg.Error, exists: bool | None
+    ) -> errors.QueueError | None:
         """The pyqueue_sql exception for a psycopg error of the named statement, or None to raise it
         as it is. exists: whether the routine an UndefinedFunction names is in the catalog (None:
         not known)."""
@@ -342,7 +352,9 @@ class PostgreSQLListener(Listener):
 
         with connection.cursor() as cur:
             for channel in channels:
-                cur.execute(sql.SQL(self.dialect.statement("listen")).format(channel=sql.Identifier(channel)))
+                cur.execute(
+                    sql.SQL(self.dialect.statement(statements.LISTEN)).format(channel=sql.Identifier(channel))
+                )
 
     def wait_for_notification(self, connection: Connection, timeout: float) -> list[tuple[str, str]]:
         return [(note.channel, note.payload) for note in connection.notifies(timeout=timeout, stop_after=1)]
@@ -354,7 +366,7 @@ class PostgreSQLListener(Listener):
         async with connection.cursor() as cur:
             for channel in channels:
                 await cur.execute(
-                    sql.SQL(self.dialect.statement("listen")).format(channel=sql.Identifier(channel))
+                    sql.SQL(self.dialect.statement(statements.LISTEN)).format(channel=sql.Identifier(channel))
                 )
 
     async def wait_for_notification_async(
@@ -520,6 +532,13 @@ def _not_installed(message: str) -> errors.SchemaNotInstalledError:
         f"installed in a schema this role has no USAGE on or that is not on its search_path "
         f"(`pyqueue-sql grant` grants USAGE): {message}"
     )
+
+
+def _column_names(cur: Cursor) -> tuple[bytes, ...]:
+    """The names of the result's columns, as the server sent them (the result's own fields:
+    cursor.description makes an object of each, ten times the cost)."""
+    res = cur.pgresult
+    return tuple(map(res.fname, range(res.nfields)))
 
 
 def _has_rows(cur: Cursor) -> bool:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import dialects, errors
+from .. import dialects, errors, statements
 from ..client import WorkerRegistration, default_worker_name
 from .batches import BatchLanes
 from .dispatch import Dispatch, ReserveLoop
@@ -175,7 +175,7 @@ class WorkerBase(BatchLanes, Dispatch):
             return False
         given = self.settings.commit_reserve
         if given is None:
-            return "commit_reserve" not in self.dialect.own_transaction_statements
+            return statements.COMMIT_RESERVE not in self.dialect.own_transaction_statements
         return bool(given)
 
     @property

@@ -387,7 +387,7 @@ CALL queue_ingest_flush(%(queue)s)
 SELECT COALESCE(MAX(id), 0) FROM pyqueue_ingest_reject
 
 -- name: ingest_rejects
-SELECT reason, COUNT(*) FROM pyqueue_ingest_reject
+SELECT reason, COUNT(*) AS messages FROM pyqueue_ingest_reject
  WHERE id > %(mark)s AND (%(queue)s IS NULL OR queue_name = %(queue)s)
  GROUP BY reason ORDER BY COUNT(*) DESC, reason LIMIT 5
 
@@ -413,7 +413,7 @@ SELECT DATABASE()
 -- The second column is where the privilege was granted: the database name (or pattern) it was granted on, or '*' for
 -- *.* (what a REVOKE must name).
 -- name: temporary_table_grantees
-SELECT CONCAT('''', d.User, '''@''', d.Host, ''''), d.Db
+SELECT CONCAT('''', d.User, '''@''', d.Host, '''') AS grantee, d.Db AS scope
   FROM mysql.db d
  WHERE d.Create_tmp_table_priv = 'Y' AND LOWER(DATABASE()) LIKE LOWER(d.Db)
 UNION
@@ -425,10 +425,10 @@ SELECT CONCAT('''', u.User, '''@''', u.Host, ''''), '*'
 -- The roles granted to an account or a role (user, host; a MariaDB role has host ''), for `pyqueue-sql grant` to find
 -- a role that gives it CREATE TEMPORARY TABLES (MariaDB: mysql.roles_mapping; MySQL 8: mysql.role_edges).
 -- name: account_roles
-SELECT r.Role, '' FROM mysql.roles_mapping r WHERE r.User = %s AND r.Host = %s
+SELECT r.Role AS role_name, '' AS role_host FROM mysql.roles_mapping r WHERE r.User = %s AND r.Host = %s
 
 -- name: account_roles_mysql8
-SELECT e.FROM_USER, e.FROM_HOST FROM mysql.role_edges e WHERE e.TO_USER = %s AND e.TO_HOST = %s
+SELECT e.FROM_USER AS role_name, e.FROM_HOST AS role_host FROM mysql.role_edges e WHERE e.TO_USER = %s AND e.TO_HOST = %s
 
 -- name: grant_execute
 GRANT EXECUTE ON PROCEDURE {routine} TO {role}

@@ -29,7 +29,8 @@ def statement_topics(dialect: str = "postgresql") -> dict[str, str]:
 
 
 def statements_run(path: Path) -> set[str]:
-    """The statement names a module passes to statement_call / statement_call_sets as text."""
+    """The statement names a module passes to statement_call / statement_call_sets: a declared
+    statement (statements.PUSH: "push"), or a name as text."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if (
@@ -37,9 +38,12 @@ def statements_run(path: Path) -> set[str]:
             and isinstance(node.func, ast.Name)
             and node.func.id in RUNS_A_STATEMENT
             and node.args
-            and isinstance(node.args[0], ast.Constant)
         ):
-            found.add(node.args[0].value)
+            first = node.args[0]
+            if isinstance(first, ast.Attribute) and first.attr.isupper():
+                found.add(first.attr.lower())
+            elif isinstance(first, ast.Constant):
+                found.add(first.value)
     return found
 
 
