@@ -111,22 +111,9 @@ def postgresql_columns(connection, text: str) -> tuple[str, ...] | None:
     return tuple(res.fname(i).decode() for i in range(res.nfields)) if res.nfields else None
 
 
-@pytest.fixture
-def postgresql_dsn(server, dsn):
-    if server.dialect != "postgresql":
-        pytest.skip("PostgreSQL describes its statements without running them")
-    return dsn
-
-
-@pytest.fixture
-def mysql_dsn(server, dsn):
-    if server.dialect != "mysql":
-        pytest.skip("the procedures' result sets are read by calling them")
-    return dsn
-
-
-def test_postgresql_returns_the_declared_columns(postgresql_dsn):
-    db = pyqueue_sql.connect(postgresql_dsn)
+@pytest.mark.only_dialect("postgresql")  # PostgreSQL describes its statements without running them
+def test_postgresql_returns_the_declared_columns(dsn):
+    db = pyqueue_sql.connect(dsn)
     try:
         texts = queries("postgresql")
         problems = []
@@ -181,8 +168,9 @@ def mysql_sets(db: pyqueue_sql.Database, s: Statement, args: dict[str, object]) 
         cur.close()
 
 
-def test_mysql_returns_the_declared_columns(mysql_dsn):
-    db = pyqueue_sql.connect(mysql_dsn)
+@pytest.mark.only_dialect("mysql")  # the procedures' result sets are read by calling them
+def test_mysql_returns_the_declared_columns(dsn):
+    db = pyqueue_sql.connect(dsn)
     queue = f"describe_{uuid.uuid4().hex[:8]}"
     try:
         q = db.queue(queue)
