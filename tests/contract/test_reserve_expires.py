@@ -222,3 +222,28 @@ def test_a_dead_letter_past_its_expiry_is_still_handed_out_from_its_dead_letter_
     sql("queue_give_up", q, key, "k", token, "no", casts=(None, None, None, None, None))
     time.sleep(1.2)
     assert [k for k, _, _ in sql.reserve(dlq, 1)] == ["x"]
+
+
+@pytest.mark.parametrize("how", ["reserve", "pop"])
+def test_an_expired_schedule_occurrence_makes_way_for_the_next(sql, how):
+    """Occurrences carry no headers, so none expires by itself; one given an expiry (here by plain
+    SQL, as a future way to push occurrences with headers would) is ended as a cancel ends it: the
+    schedule goes on, its next occurrence pushed."""
+    q = sql.queue()
+    sql("queue_schedule_every", q, "tick", "k", "{}", sql.dur(3600),
+        casts=(None, None, None, "::jsonb", "::interval"))  # fmt: skip
+    (first,) = sql.listed(q)
+    past = "clock_timestamp() - interval '1 second'" if sql.pg else "UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"
+    sql.raw(
+        f"UPDATE pyqueue_message SET scheduled_at = {past}, headers = %s WHERE queue_name = %s",
+        (json.dumps({"pyqueue.expires_at": PAST}), q),
+    )
+    if sql.pg:
+        sql.raw(
+            "UPDATE pyqueue_ready_from SET ready_from = '-infinity', ready_from_id = NULL WHERE queue_name = %s",
+            (q,),
+        )
+    got = _pop(sql, q, 1) if how == "pop" else sql.reserve(q, 1)
+    assert got == []
+    (second,) = sql.listed(q)
+    assert second != first and second.startswith("tick@"), (first, second)
