@@ -247,3 +247,16 @@ def test_an_expired_schedule_occurrence_makes_way_for_the_next(sql, how):
     assert got == []
     (second,) = sql.listed(q)
     assert second != first and second.startswith("tick@"), (first, second)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_reserve_whose_first_n_candidates_all_expired_reads_on_for_the_next_ready_ones(sql, n):
+    """The first n messages in reserve order are all past their expiry: the reserve ends them and
+    reads on (MySQL/MariaDB: another page of candidates at the same priority) until it has n."""
+    q = sql.queue()
+    for i in range(n):
+        sql.push(q, f"late{i}", {"pyqueue.expires_at": PAST})
+    for i in range(n + 1):
+        sql.push(q, f"ok{i}", None)
+    assert [key for key, _, _ in sql.reserve(q, n)] == [f"ok{i}" for i in range(n)]
+    assert sql.listed(q).keys() == {f"ok{i}" for i in range(n + 1)}
