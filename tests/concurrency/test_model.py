@@ -57,6 +57,7 @@ in the PostgreSQL test database by a version that ignores the token, it fails
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import json
 import threading
@@ -76,6 +77,7 @@ from .model.base import (
     CONSUMERS,
     CONTRACT_EXAMPLES,
     CONTRACT_SETTINGS,
+    EXPIRES_FORMAT,
     MAX_ATTEMPTS,
     ROWS_SQL,
     SETTINGS,
@@ -143,6 +145,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.popped: set[int] = set()  # payloads popped: never seen again
         self.handles: list = []  # every Reservation handed out (stale ones too)
         self.promoted: set = set()  # messages made head since the rule started
+        # pid -> (its expiry in model ticks, its pyqueue.expires_at as pushed, model time of the push);
+        # the header goes with the payload's number (a move or dead letter keeps it, a redrive re-arms it)
+        self.expiry: dict[int, tuple[float, dt.datetime, float]] = {}
 
     # ---- helpers -------------------------------------------------------------
     def q(self, conn: str, name: str | None = None) -> pyqueue_sql.Queue:
@@ -223,6 +228,51 @@ class QueueMachine(RuleBasedStateMachine):
         self.dead += 1
         self.dlq.pop(kk, None)
         self.dlq[kk] = (m.pid, m.priority)  # a dead letter of the same key is replaced (and goes last)
+
+    # ---- expiry (docs/contract.md, Expiry) ---------------------------------------
+    def expiry_headers(self, pid: int, after: float | None) -> dict:
+        """The headers of a push whose pyqueue.expires_at falls ``after`` ticks from now (None: no
+        expiry), recorded for the message of payload number pid."""
+        if after is None:
+            return {}
+        at = dt.datetime.now(dt.timezone.utc) + ticks(after)
+        self.expiry[pid] = (self.t + after, at, self.t)
+        return {"pyqueue.expires_at": at.strftime(EXPIRES_FORMAT)}
+
+    def is_expired(self, pid: int) -> bool:
+        e = self.expiry.get(pid)
+        return e is not None and e[0] <= self.t
+
+    def expires_text(self, pid: int) -> str:
+        """Its pyqueue.expires_at as the database holds it now (the clock's shifts moved it)."""
+        _, at, t0 = self.expiry[pid]
+        return (at - ticks(self.t - t0)).strftime(EXPIRES_FORMAT)
+
+    def expired_among(self, ready: list[Msg]) -> set:
+        return {m.kk for m in ready if self.is_expired(m.pid)}
+
+    def expire(self, kk: tuple[str, str]) -> None:
+        """A reserve or pop met it past its expiry: ended as an unheld cancel ends it."""
+        self.finish(kk, "cancelled")
+
+    def end_expired(self, ready: list[Msg], live: set) -> set:
+        """Ends in the model the expired messages the call ended (ready ones, or made head during
+        it, that left main); returns them."""
+        ended: set = set()
+        while True:
+            met = sorted(
+                kk
+                for kk in {m.kk for m in ready} | self.promoted
+                if kk in self.msgs
+                and kk not in live
+                and not self.msgs[kk].blocked
+                and self.is_expired(self.msgs[kk].pid)
+            )
+            if not met:
+                return ended
+            for kk in met:
+                self.expire(kk)
+                ended.add(kk)
 
     def holds(self, r) -> Msg | None:
         m = self.msgs.get((r.key, r.kind))
@@ -332,17 +382,26 @@ class QueueMachine(RuleBasedStateMachine):
             return
         delivered = [(g.key, g.kind) for g in got]
         assert len(set(delivered)) == len(delivered)
-        self.adopt_pops(ready, got)
+        ended = self.adopt_pops(ready, got)
         extra = set(delivered) - {m.kk for m in ready}
-        check_walk(ready, n - len(extra), set(delivered) - extra, set(), exhaustible=False)
+        check_walk(
+            ready, n - len(extra), set(delivered) - extra, ended & {m.kk for m in ready}, exhaustible=False,
+            dead_past_n=bool(extra), expired=self.expired_among(ready), fills=self.dialect != "postgresql",
+        )  # fmt: skip
 
-    def adopt_pops(self, ready: list[Msg], got: list) -> None:
+    def adopt_pops(self, ready: list[Msg], got: list) -> set:
         """Removes popped messages from the model, in an order in which each was ready or made
-        head by the departure of one before it (a pop may take a group's next message too)."""
+        head by the departure of one before it (a pop may take a group's next message too), and
+        the expired ones the pop ended (returned)."""
         allowed = {m.kk for m in ready}
         pending = list(got)
+        live = self.live_keys()
+        ended: set = set()
         while pending:
             g = next((g for g in pending if (g.key, g.kind) in allowed | self.promoted), None)
+            if g is None and not ended:  # perhaps made head when an expired head was ended
+                ended = self.end_expired(ready, live) or {None}
+                continue
             assert g is not None, ("popped what was not ready", [(p.key, p.kind) for p in pending])
             pending.remove(g)
             m = self.finish((g.key, g.kind), "popped")
@@ -350,6 +409,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert g.attempts == m.attempts
             if m.pid >= 0:  # a schedule's occurrences share their schedule's payload (negative)
                 self.popped.add(m.pid)
+        return (ended - {None}) | self.end_expired(ready, live)
 
     def _reserve_effects(
         self,
@@ -363,12 +423,14 @@ class QueueMachine(RuleBasedStateMachine):
         the pops that ran beside it (of pop_ready; they are left out of ``ready``), then the
         reservations."""
         left = self.live_keys()
-        exhausted = {m.kk for m in ready if m.attempts >= MAX_ATTEMPTS}
+        # expiry wins over dead-lettering at max_attempts
+        exhausted = {m.kk for m in ready if m.attempts >= MAX_ATTEMPTS and not self.is_expired(m.pid)}
         dead = {kk for kk in exhausted if kk not in left}
         for kk in sorted(dead):
             self.dead_letter(kk)
         if pops:
-            self.adopt_pops(pop_ready or [], pops)
+            dead |= self.adopt_pops(pop_ready or [], pops)
+        dead |= self.end_expired(ready, left)
         self.reserved_now(results, lease)
         return dead
 
@@ -397,8 +459,9 @@ class QueueMachine(RuleBasedStateMachine):
         assert extra <= self.promoted, ("handed out what was not ready", extra)
         assert kinds_ is None or all(kd in kinds_ for _, kd in extra), ("outside the kinds filter", extra)
         check_walk(
-            ready, n - len(extra), set(delivered) - extra, dead, exhaustible=True, dead_past_n=bool(extra)
-        )
+            ready, n - len(extra), set(delivered) - extra, dead & {m.kk for m in ready}, exhaustible=True,
+            dead_past_n=bool(extra), expired=self.expired_among(ready),
+        )  # fmt: skip
 
     @rule(ns=st.lists(st.integers(1, 4), min_size=3, max_size=3), lease=leases, c_pops=st.booleans())
     def reserve_concurrently(self, ns, lease, c_pops):
@@ -424,7 +487,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert sum(len(s) for s in sets) == sum(len(res) for res in results)
         union = set().union(*sets)
         assert len(union) == sum(len(s) for s in sets), ("two reservers got the same message", sets)
-        ok = {m.kk for m in ready if m.attempts < MAX_ATTEMPTS}
+        ok = {m.kk for m in ready if m.attempts < MAX_ATTEMPTS and not self.is_expired(m.pid)}
         popped = results[2] if c_pops else []
         reservations = results[0] + results[1] if c_pops else [r for res in results for r in res]
         # sorted: the handles' order must not depend on which thread won which message
@@ -504,6 +567,8 @@ class QueueMachine(RuleBasedStateMachine):
         moved = q.move(r, self.next_name, {"n": pid}) if new_payload else q.move(r, self.next_name)
         assert moved == (m is not None), ("move", r, m)
         if m is not None:
+            if pid is not None and m.pid in self.expiry:  # the headers go with it
+                self.expiry[pid] = self.expiry[m.pid]
             self.finish(m.kk, "moved")
             self.next.setdefault(m.kk, (m.pid if pid is None else pid, m.priority))  # dedup: existing stays
 
@@ -566,17 +631,20 @@ class QueueMachine(RuleBasedStateMachine):
         self.shift(3)  # longer than any lease
         self.promoted = set()
         ready = self.ready()
-        ok = [m for m in ready if m.attempts < MAX_ATTEMPTS]
-        # room for the next message of each group whose head is dead-lettered now
-        n = max(len(ok) + sum(m.attempts >= MAX_ATTEMPTS and m.group is not None for m in ready), 1)
+        ok = [m for m in ready if m.attempts < MAX_ATTEMPTS and not self.is_expired(m.pid)]
+        # room for the next message of each group whose head is dead-lettered or expired now
+        n = max(len(ok) + sum(m.kk not in {x.kk for x in ok} and m.group is not None for m in ready), 1)
         got = self.q(conn).reserve(n, worker=conn, timeout=ticks(1.5))
         dead = self._reserve_effects(ready, got, 1.5)
         delivered = {(r.key, r.kind) for r in got}
         extra = delivered - {m.kk for m in ready}
         assert extra <= self.promoted, ("handed out what was not ready", extra)
-        check_walk(ready, n - len(extra), delivered - extra, dead, exhaustible=True, dead_past_n=bool(extra))
+        check_walk(
+            ready, n - len(extra), delivered - extra, dead & {m.kk for m in ready}, exhaustible=True,
+            dead_past_n=bool(extra), expired=self.expired_among(ready),
+        )  # fmt: skip
         for kk, (_, attempts) in held.items():
-            if attempts < MAX_ATTEMPTS:
+            if attempts < MAX_ATTEMPTS and kk not in dead:
                 assert self.msgs[kk].attempts == attempts + 1, ("expired reservation not redelivered", kk)
         for r in old:
             m = self.msgs.get((r.key, r.kind))
@@ -600,7 +668,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.shift(3)  # let it expire (nobody took it yet)
         self.promoted = set()
         ready = self.ready()
-        ok = {m.kk for m in ready if m.attempts < MAX_ATTEMPTS}
+        ok = {m.kk for m in ready if m.attempts < MAX_ATTEMPTS and not self.is_expired(m.pid)}
         out: dict = {}
 
         def holder():
@@ -632,7 +700,9 @@ class QueueMachine(RuleBasedStateMachine):
             ready = [x for x in ready if x.kk != kk]
             ok.discard(kk)
         else:
-            assert kk in taken or m.attempts >= MAX_ATTEMPTS, ("nobody got the expired message", action)
+            assert kk in taken or m.attempts >= MAX_ATTEMPTS or self.is_expired(m.pid), (
+                "nobody got the message whose reservation expired", action,
+            )  # fmt: skip
         self._reserve_effects(ready, sorted(got, key=lambda g: (g.key, g.kind)), lease)
         assert taken - self.promoted == ok, ("the reserver left ready messages behind", taken, ok)
 
@@ -640,7 +710,9 @@ class QueueMachine(RuleBasedStateMachine):
     def drain_side_queue(self, which):
         name, model = (self.dlq_name, self.dlq) if which == "dlq" else (self.next_name, self.next)
         got = self.q("C", name).pop(100)
-        assert {(g.key, g.kind): (g.payload["n"], g.priority) for g in got} == model
+        # a moved message past its expiry is ended by the pop (a dead letter never expires)
+        want = {kk: v for kk, v in model.items() if which == "dlq" or not self.is_expired(v[0])}
+        assert {(g.key, g.kind): (g.payload["n"], g.priority) for g in got} == want
         assert all(g.attempts == 0 for g in got)
         model.clear()
 
@@ -684,6 +756,15 @@ class QueueMachine(RuleBasedStateMachine):
             s = self.q("admin", name).stats()
             assert (s.ready, s.delayed, s.reserved) == (len(model), 0, 0), (name, s)
 
+    def expire_all(self) -> None:
+        """Ends in the model every message past its expiry, as the drain's pops will (and what
+        follows: a group's next message, children cancelled or made due); blocked ones too: the
+        drain reaches every message of a group."""
+        while met := sorted(kk for kk, m in self.msgs.items() if self.is_expired(m.pid)):
+            for kk in met:
+                if kk in self.msgs:
+                    self.expire(kk)
+
     @covers("queue_drop")
     def teardown(self):
         admin = self.conns["admin"]
@@ -692,12 +773,20 @@ class QueueMachine(RuleBasedStateMachine):
             # three queues gives back exactly the payloads the model holds.
             admin.queue(self.main).resume()
             self.shift(10)
+            self.expire_all()
             left: set = set()
-            while got := admin.queue(self.main).pop(1000):  # a group's next message after each pop
+            # a group's next message after each pop (a PostgreSQL pop that ends an expired head
+            # returns without its next one: the loop goes on while anything is left)
+            for _ in range(100):
+                got = admin.queue(self.main).pop(1000)
                 left |= {g.payload["n"] for g in got}
+                if not got and not self.live_keys():
+                    break
             assert left == {m.pid for m in self.msgs.values()}, ("drained main", left, self.msgs)
             for name, model in ((self.dlq_name, self.dlq), (self.next_name, self.next)):
-                assert {g.payload["n"] for g in admin.queue(name).pop(1000)} == {p for p, _ in model.values()}
+                assert {g.payload["n"] for g in admin.queue(name).pop(1000)} == {
+                    p for p, _ in model.values() if name == self.dlq_name or not self.is_expired(p)
+                }
         finally:
             for name in (self.main, self.dlq_name, self.next_name):
                 admin.queue(name).drop()
@@ -813,11 +902,13 @@ class ContractMachine(
         self.lim_rate_used = 0
         self.lim_k = 1
         self.step = 0
+        self.last_errors: dict = {}  # kk -> the last_error of its outcome when it expired
 
     def finish(self, kk, outcome, result=None):
         m = super().finish(kk, outcome, result)
         how, outcome = outcome, "succeeded" if outcome == "popped" else outcome
         progress = self.progress.pop(kk, None)
+        self.last_errors.pop(kk, None)
         self.cancel_requested.discard(kk)
         self.waiting.pop(kk, None)
         self.run_on.pop(kk, None)
@@ -832,6 +923,12 @@ class ContractMachine(
     def add(self, m: Msg) -> None:
         super().add(m)
         self.progress.pop(m.kk, None)
+
+    def expire(self, kk) -> None:
+        text = self.expires_text(self.msgs[kk].pid)
+        super().expire(kk)
+        if self.retention:
+            self.last_errors[kk] = f"expired at {text}"
 
     def shift(self, n: int) -> None:
         super().shift(n)
@@ -876,6 +973,17 @@ class ContractMachine(
         }
         want = {kk: (st_, r, p) for kk, (st_, r, p, _) in self.results.items()}
         assert found == want, ("pyqueue_result differs from the model", found, want)
+        if self.last_errors:
+            errors = {
+                (k, kd): e
+                for k, kd, e in sql(
+                    self.conns["admin"],
+                    "SELECT p_key, p_kind, last_error FROM pyqueue_result WHERE queue_name = %s",
+                    (self.main,),
+                )
+            }
+            want_errors = {kk: e for kk, e in self.last_errors.items() if kk in self.results}
+            assert {kk: errors.get(kk) for kk in want_errors} == want_errors, ("expired: last_error", errors)
         live = {
             (k, kd): (self.as_json(progress), bool(asked))
             for k, kd, progress, asked in sql(
@@ -908,6 +1016,7 @@ class ContractMachine(
             # schedule's occurrence may be due many ticks on (each one run moves its chain a step)
             self.shift(max([10] + [int(m.due - self.t) + 2 for m in self.msgs.values() if not m.blocked]))
             self.drain_side_queue("dlq")
+            self.expire_all()
             # the drain pops every parent left: a failure callback whose parents all succeed so is
             # cancelled (with its own waiting children), never drained
             for _ in range(len(self.waiting)):

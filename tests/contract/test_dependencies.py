@@ -754,3 +754,42 @@ def test_run_on_is_checked_and_parents_already_ended_count_by_kind(sql_session):
     assert _push_after_on(a, callbacks, "f", _parents((parents, "done"), (parents, "bad")), "failure") == 1
     assert _push_after_on(a, callbacks, "al", _parents((parents, "bad")), "always") == 1
     assert sorted(_reserve(a, callbacks)) == ["al", "f"]
+
+
+@pytest.mark.parametrize("run_on", ["success", "failure", "always"])
+def test_a_push_after_of_a_live_key_is_a_no_op_whatever_its_parents(sql_session, run_on):
+    """A push of a key that is live is a no-op returning false (dedup), as every push of the
+    contract: queue_push_after and its siblings say so before they read the parents, so parents
+    that would be refused (unknown, failed, all succeeded for a failure callback, in an unknown
+    queue or one keeping no results) change nothing; the live message keeps its payload and
+    parents. Only arguments malformed in themselves are refused."""
+    a = sql_session()
+    q, plain = _queue(a), _queue(a, results=False)
+    _push(a, q, "ok")
+    a.one("queue_commit", q, "ok", "job", _reserve(a, q)["ok"])
+    _push(a, q, "bad")
+    assert a.one("queue_cancel", q, "bad", "job") == "cancelled"
+    _push(a, q, "live")
+    assert _push_after_on(a, q, "child", _parents((q, "live")), run_on) == 1
+    refused = [
+        _parents((q, "never")),
+        _parents((q, "bad")) if run_on == "success" else _parents((q, "ok")),
+        _parents((plain, "x")),
+        json.dumps([{"queue": "dep.no-such-queue", "p_key": "x", "p_kind": "job"}]),
+    ]
+    for parents in refused:
+        assert _push_after_on(a, q, "child", parents, run_on) == 0, parents
+        assert _push_after_on(a, q, "live", parents, run_on) == 0, parents
+    batch = [
+        {
+            "p_key": "child",
+            "p_kind": "job",
+            "payload": {},
+            "parents": json.loads(refused[0]),
+            "run_on": run_on,
+        }
+    ]
+    assert a.one("queue_push_after_batch", q, json.dumps(batch)) == 0
+    assert _state(a, q, "child") == "waiting"
+    with pytest.raises(Exception, match="is the message itself"):
+        _push_after_on(a, q, "child", _parents((q, "child")), run_on)

@@ -288,6 +288,20 @@ def test_redrive_leaves_a_dead_letter_whose_key_is_live_in_the_target(make_queue
     assert dlq.redrive(src, n=10) == 1  # the key is free again
 
 
+@pytest.mark.parametrize("history", [False, True])
+def test_a_redrive_of_n_whose_first_n_dead_letters_stay_reads_on_for_n_that_move(make_queue, history):
+    """The first n dead letters in order have keys live in the target: they stay, and the redrive
+    reads on (MySQL/MariaDB: another page of candidates) until n have moved."""
+    dlq = make_queue(history_retention=dt.timedelta(days=1) if history else None)
+    src = make_queue(max_attempts=1, dead_letter_queue=dlq.name)
+    for key in ("dup0", "dup1", "free0", "free1", "free2"):
+        dead_letter(src, key)
+    src.push("dup0", "job", {"fresh": True})
+    src.push("dup1", "job", {"fresh": True})
+    assert dlq.redrive(src, n=2) == 2
+    assert [d.key for d in dlq.dead_letters()] == ["dup0", "dup1", "free2"]
+
+
 def test_redrive_skips_reserved_dead_letters_and_archives_as_moved(make_queue, raw):
     dlq = make_queue(history_retention=3600)
     src = make_queue(max_attempts=1, dead_letter_queue=dlq.name)

@@ -222,3 +222,41 @@ def test_a_dead_letter_past_its_expiry_is_still_handed_out_from_its_dead_letter_
     sql("queue_give_up", q, key, "k", token, "no", casts=(None, None, None, None, None))
     time.sleep(1.2)
     assert [k for k, _, _ in sql.reserve(dlq, 1)] == ["x"]
+
+
+@pytest.mark.parametrize("how", ["reserve", "pop"])
+def test_an_expired_schedule_occurrence_makes_way_for_the_next(sql, how):
+    """Occurrences carry no headers, so none expires by itself; one given an expiry (here by plain
+    SQL, as a future way to push occurrences with headers would) is ended as a cancel ends it: the
+    schedule goes on, its next occurrence pushed."""
+    q = sql.queue()
+    sql("queue_schedule_every", q, "tick", "k", "{}", sql.dur(3600),
+        casts=(None, None, None, "::jsonb", "::interval"))  # fmt: skip
+    (first,) = sql.listed(q)
+    past = "clock_timestamp() - interval '1 second'" if sql.pg else "UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"
+    sql.raw(
+        f"UPDATE pyqueue_message SET scheduled_at = {past}, headers = %s WHERE queue_name = %s",
+        (json.dumps({"pyqueue.expires_at": PAST}), q),
+    )
+    if sql.pg:
+        sql.raw(
+            "UPDATE pyqueue_ready_from SET ready_from = '-infinity', ready_from_id = NULL WHERE queue_name = %s",
+            (q,),
+        )
+    got = _pop(sql, q, 1) if how == "pop" else sql.reserve(q, 1)
+    assert got == []
+    (second,) = sql.listed(q)
+    assert second != first and second.startswith("tick@"), (first, second)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_reserve_whose_first_n_candidates_all_expired_reads_on_for_the_next_ready_ones(sql, n):
+    """The first n messages in reserve order are all past their expiry: the reserve ends them and
+    reads on (MySQL/MariaDB: another page of candidates at the same priority) until it has n."""
+    q = sql.queue()
+    for i in range(n):
+        sql.push(q, f"late{i}", {"pyqueue.expires_at": PAST})
+    for i in range(n + 1):
+        sql.push(q, f"ok{i}", None)
+    assert [key for key, _, _ in sql.reserve(q, n)] == [f"ok{i}" for i in range(n)]
+    assert sql.listed(q).keys() == {f"ok{i}" for i in range(n + 1)}

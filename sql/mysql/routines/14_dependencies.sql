@@ -355,7 +355,7 @@ END //
 -- pyqueue__push_after: queue_push of a message that waits for its parents, in_parents the JSON text of an array of 1 to
 -- 1000 objects {"queue", "p_key", "p_kind"} (parents may be in other queues; none may be the message itself or a
 -- schedule's occurrence). Result: one row, inserted = 1, or 0 when a live message has the key and kind (dedup:
--- nothing changes). A parent is known when its queue keeps results (queue_set_result_retention) and it is live there
+-- nothing changes; checked before the parents are read, whatever they are). A parent is known when its queue keeps results (queue_set_result_retention) and it is live there
 -- (it is waited for) or its result there is 'succeeded' (it counts as done); a parent whose result is 'failed' or
 -- 'cancelled', or with neither a live message nor a result, is refused (invalid_argument naming it), before anything
 -- is written. The message is 'waiting' (queue_result) while a parent has not succeeded: blocked as a FIFO group's
@@ -474,7 +474,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_left = 0, v_inserted = 0, v_bad = NULL, v_state = NULL,
             v_failed = 0;
-        BEGIN
+        attempt: BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467
             BEGIN
                 IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
@@ -493,6 +493,12 @@ BEGIN
             IF v_max = 0 THEN
                 CALL pyqueue__raise('invalid_argument',
                                     'the queue keeps no results: a message with parents needs them (queue_set_result_retention)');
+            END IF;
+            -- a live message has the key: false (dedup, as every push), before anything of the parents is read
+            IF EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+                        WHERE m.queue_name = v_queue AND m.p_key = v_key AND m.p_kind = v_kind) THEN
+                IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
+                LEAVE attempt;
             END IF;
             IF v_own = 1 THEN
                 -- in a transaction of its own (ended below, within this call) the parents' queue rows are

@@ -236,7 +236,8 @@ $$;
 -- in_parents a JSON array of 1 to 1000 objects {"queue", "p_key", "p_kind"}
 -- (parents may be in other queues; none may be the message itself or a
 -- schedule's occurrence). Answers as queue_push: false, and nothing changes,
--- when a live message has the key and kind (dedup). A parent is known when
+-- when a live message has the key and kind (dedup; before the parents are
+-- read, whatever they are). A parent is known when
 -- its queue keeps results (queue_set_result_retention) and it is live there
 -- (it is waited for) or its result there is 'succeeded' (it counts as
 -- done); a parent whose result is 'failed' or 'cancelled', or with neither a

@@ -34,6 +34,10 @@ rollback_delays = st.sampled_from((0, 0, 0.5, 1.5))
 consumers = st.sampled_from(CONSUMERS)
 # mostly one of the newest handles (likely still holding), sometimes any (likely stale)
 handle_index = st.one_of(st.integers(0, 2), st.integers(0, 10_000))
+# a push with headers: its pyqueue.expires_at this many ticks from now (None: no expiry; below 0:
+# past already); half ticks, so that the seconds an example takes never move one across a boundary
+expiries = st.sampled_from((None, None, None, -0.5, 0.5, 1.5))
+EXPIRES_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # docs/contract.md, Expiry
 
 # Derandomized under CI (the same interleavings every run), random elsewhere.
 SETTINGS = settings(
@@ -95,13 +99,21 @@ SHIFT_SQL = {
     + SENTINEL_SQL["postgresql"]
     + " THEN scheduled_at ELSE scheduled_at - make_interval(secs => %s) END,"
     " scheduled_at_initially = scheduled_at_initially - make_interval(secs => %s),"
-    " created_at = created_at - make_interval(secs => %s)"
+    " created_at = created_at - make_interval(secs => %s),"
+    # an expiry moves with the clock (as the time machine's testing_advance_messages moves it)
+    " headers = CASE WHEN jsonb_typeof(headers -> 'pyqueue.expires_at') = 'string'"
+    " THEN jsonb_set(headers, '{pyqueue.expires_at}', to_jsonb(to_char(((headers ->> 'pyqueue.expires_at')::timestamptz"
+    " - make_interval(secs => %s)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))) ELSE headers END"
     " WHERE queue_name IN (%s, %s, %s)",
     "mysql": "UPDATE pyqueue_message SET scheduled_at = CASE WHEN scheduled_at = "
     + SENTINEL_SQL["mysql"]
     + " THEN scheduled_at ELSE scheduled_at - INTERVAL %s SECOND END,"
     " scheduled_at_initially = scheduled_at_initially - INTERVAL %s SECOND,"
-    " created_at = created_at - INTERVAL %s SECOND"
+    " created_at = created_at - INTERVAL %s SECOND,"
+    " headers = IF(JSON_TYPE(JSON_EXTRACT(headers, '$.\"pyqueue.expires_at\"')) = 'STRING',"
+    " JSON_SET(headers, '$.\"pyqueue.expires_at\"', DATE_FORMAT(STR_TO_DATE(LEFT(JSON_UNQUOTE("
+    "JSON_EXTRACT(headers, '$.\"pyqueue.expires_at\"')), 26), '%%Y-%%m-%%dT%%H:%%i:%%s.%%f') - INTERVAL %s SECOND,"
+    " '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ')), headers)"
     " WHERE queue_name IN (%s, %s, %s)",
 }
 
@@ -116,7 +128,7 @@ RESET_READY_FROM_SQL = (
 
 def shift(db: pyqueue_sql.Database, dialect: str, seconds: float, names: tuple[str, str, str]) -> None:
     """Moves every time of the named queues' messages ``seconds`` into the past."""
-    sql(db, SHIFT_SQL[dialect], (seconds,) * 3 + names)
+    sql(db, SHIFT_SQL[dialect], (seconds,) * 4 + names)
     if dialect == "postgresql":
         sql(db, RESET_READY_FROM_SQL, names)
 
@@ -131,40 +143,57 @@ def sql(db: pyqueue_sql.Database, statement: str, params) -> list[tuple]:
 
 
 def check_walk(
-    ready: list[Msg], n: int, delivered: set, dead: set, exhaustible: bool, dead_past_n: bool = False
+    ready: list[Msg],
+    n: int,
+    delivered: set,
+    dead: set,
+    exhaustible: bool,
+    dead_past_n: bool = False,
+    expired: frozenset | set = frozenset(),
+    fills: bool = True,
 ) -> None:
-    """Checks that a reserve/pop of n handed out ``delivered`` and dead-lettered
-    ``dead`` as the contract's walk does: ready messages in reserve order
-    (priority desc, then scheduled_at; messages the model cannot tell apart
-    may come in any order), exhausted ones dead-lettered and skipped, until n
-    are delivered. dead_past_n: the call also handed out messages that became
-    ready during it (a group's next message, promoted when its head was
-    dead-lettered or popped), so n here is less than the call's own n and the
-    call may have dead-lettered exhausted messages past it."""
+    """Checks that a reserve/pop of n handed out ``delivered`` and ended ``dead`` as the contract's
+    walk does: ready messages in reserve order (priority desc, then scheduled_at; messages the
+    model cannot tell apart may come in any order), exhausted ones dead-lettered and ``expired``
+    ones (past their pyqueue.expires_at) ended, both skipped, until n are delivered; fills False
+    (a PostgreSQL pop): the ended ones use up places of the n (it reads n, returns the others).
+    dead_past_n: the call also handed out messages that became ready during it (a group's next
+    message, promoted when its head was dead-lettered, expired or popped), so n here is less than
+    the call's own n and the call may have ended messages past it."""
     order = sorted(ready, key=lambda m: (-m.priority, m.due))
     left = n
+    count = 0
     for _, group in itertools.groupby(order, key=lambda m: (-m.priority, m.due)):
         group = list(group)
         members = {m.kk for m in group}
-        ok = {m.kk for m in group if not (exhaustible and m.attempts >= MAX_ATTEMPTS)}
+        ok = {m.kk for m in group if m.kk not in expired and not (exhaustible and m.attempts >= MAX_ATTEMPTS)}
         if left == 0:
             assert not members & (delivered if dead_past_n else delivered | dead), (
                 "handed out past the first n in reserve order",
                 members & (delivered | dead),
             )
             continue
-        if len(ok) < left:
+        cost = len(ok) if fills else len(members)
+        if cost < left:
             assert ok <= delivered, ("a ready message was skipped", ok - delivered)
-            assert members - ok <= dead, ("an exhausted message was delivered or left", members - ok - dead)
-            left -= len(ok)
+            assert members - ok <= dead, (
+                "an exhausted or expired message was delivered or left",
+                members - ok - dead,
+            )
+            left -= cost
+            count += len(ok)
         else:
             got = delivered & members
-            assert got <= ok and len(got) == left, ("wrong choice among equal messages", got, ok, left)
+            used = len(got) + (0 if fills else len((members & dead) - ok))
+            assert got <= ok and used == left, (
+                "wrong choice among equal messages", got, ok, left,
+            )  # fmt: skip
+            count += len(got)
             left = 0
     everything = {m.kk for m in ready}
     assert delivered <= everything, ("handed out a message that is not ready", delivered - everything)
     assert dead <= everything
-    assert len(delivered) == n - left
+    assert len(delivered) == count
 
 
 def run_at_once(*bodies) -> None:

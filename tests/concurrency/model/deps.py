@@ -16,7 +16,7 @@ from hypothesis.stateful import rule
 
 from pyqueue_sql.errors import InvalidArgumentError
 
-from .base import Msg, kinds, sql, ticks
+from .base import Msg, kinds, priorities, sql, ticks
 from .coverage import covers
 
 CHILD_KEYS = ("c0", "c1", "c2")
@@ -40,6 +40,8 @@ class DependencyRules:
         picks=st.lists(st.integers(0, 50), min_size=1, max_size=3),
         run_on=st.sampled_from((None, "success", "failure", "always")),
         via=st.sampled_from(("sql", "headers", "batch")),
+        run_at=st.sampled_from((None, None, 0.5, 1.5)),
+        priority=priorities,
     )
     @covers(
         "queue_push_after",
@@ -47,12 +49,14 @@ class DependencyRules:
         "queue_push_after_on_with_headers",
         "queue_push_after_batch",
     )
-    def push_after(self, key, kind, picks, run_on, via="sql"):
+    def push_after(self, key, kind, picks, run_on, via="sql", run_at=None, priority=0):
         """queue_push_after (run_on None) or queue_push_after_on (plain SQL), its _with_headers
         sibling or queue_push_after_batch (via): the child waits for its live parents.
         success: refused when a parent failed, was cancelled or is unknown; ready when every one
         succeeded. failure (a failure callback): refused when every parent succeeded already; ready at
-        once when one failed or was cancelled already. always: ready when no parent is live."""
+        once when one failed or was cancelled already. always: ready when no parent is live.
+        _with_headers: a run_at (ticks on) and a priority; the child is due at the later of its
+        run_at and the end that lets it run."""
         # a schedule's occurrence is never a parent, in main or dead-lettered in dlq: refused, see
         # push_after_names_an_occurrence (its key carries the real clock's time, so drawing one here
         # also made the outcome of an example differ between hypothesis' replays of it)
@@ -70,8 +74,9 @@ class DependencyRules:
         states = [self.parent_state(w, kk) for w, kk in parents]
         refs = [self.parent_ref(w, kk) for w, kk in parents]
         how = run_on or "success"
-        # a live child key: false (dedup) or the parents' refusal, whichever the routine checks first
-        # (the contract is silent; PostgreSQL and MySQL differ: docs/reliability.md)
+        if via != "headers" or run_on is None:
+            run_at, priority = None, 0
+        # a live child key: false (dedup, before the parents are read), whatever the parents
         live_key = (key, kind) in self.msgs
         ended_badly = any(s in ("failed", "cancelled") for s in states)
         if how == "success":
@@ -82,15 +87,18 @@ class DependencyRules:
         try:
             if run_on is None:
                 got = self.q("P").push_after(key, kind, {"n": pid}, refs)
-            elif via == "headers":  # queue_push_after_on_with_headers (priority 0, as the model's)
-                got = self.q("P").push_after(key, kind, {"n": pid}, refs, run_on=run_on, priority=0)
+            elif via == "headers":  # queue_push_after_on_with_headers
+                got = self.q("P").push_after(
+                    key, kind, {"n": pid}, refs, run_on=run_on, priority=priority,
+                    run_at=ticks(run_at) if run_at else None,
+                )  # fmt: skip
             elif via == "batch":  # queue_push_after_batch of one message
                 one = {"key": key, "kind": kind, "payload": {"n": pid}, "parents": refs, "run_on": run_on}
                 got = bool(self.q("P").push_after_many([one]))
             else:
                 got = self.push_after_on(key, kind, {"n": pid}, refs, run_on)
         except Exception as e:  # noqa: BLE001 - checked against the model
-            assert refused or live_key, ("push_after refused", run_on, e, states)
+            assert refused, ("push_after refused", run_on, e, states, live_key)
             assert isinstance(e, InvalidArgumentError) or "pyqueue:invalid_argument" in str(e), e
             return
         assert not refused, ("push_after accepted", run_on, parents, states)
@@ -100,7 +108,8 @@ class DependencyRules:
         live = {(w, kk) for (w, kk), s in zip(parents, states) if s == "live"}
         if how == "failure" and ended_badly:
             live = set()  # a parent failed already: the callback is ready at once
-        m = Msg(key, kind, pid, 0, 0, self.t, None, None, bool(live), self.t)
+        due = self.t + (run_at or 0)
+        m = Msg(key, kind, pid, priority, 0, due, None, None, bool(live), due)
         self.msgs[m.kk] = m
         if live:
             self.waiting[m.kk] = live
@@ -133,7 +142,7 @@ class DependencyRules:
             elif not parents or (how == "failure" and not good):
                 del self.waiting[child]
                 c = self.msgs[child]
-                c.blocked, c.due = False, self.t
+                c.blocked, c.due = False, max(self.t, c.init)  # init: its run_at
                 self.promoted.add(child)
 
     def parent_redriven(self, kk) -> None:

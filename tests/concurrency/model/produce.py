@@ -10,21 +10,23 @@ from hypothesis.stateful import rule
 import pyqueue_sql
 
 from ... import plainsql
-from .base import Msg, group_index, keys, kinds, priorities, push_delays, sql, ticks
+from .base import Msg, expiries, group_index, keys, kinds, priorities, push_delays, sql, ticks
 from .coverage import covers
 
 HEADERS = {"trace": "t-1"}
 
 
 class ProduceRules:
-    @rule(key=keys, kind=kinds, delay=push_delays, priority=priorities, g=group_index)
+    @rule(key=keys, kind=kinds, delay=push_delays, priority=priorities, g=group_index, expires=expiries)
     @covers("queue_push_with_headers", "queue_push_grouped_with_headers")
-    def push_with_headers(self, key, kind, delay, priority, g):
+    def push_with_headers(self, key, kind, delay, priority, g, expires=None):
+        """Headers, perhaps an expiry (docs/contract.md, Expiry): a reserve or pop that meets the
+        message past it ends it as cancelled (the model's _reserve_effects and adopt_pops)."""
         pid = next(self.pids)
         group = self.group_of(g)
         inserted = self.q("P").push(
             key, kind, {"n": pid}, run_at=ticks(delay) if delay else None, priority=priority, group=group,
-            headers=HEADERS,
+            headers={**HEADERS, **self.expiry_headers(pid, expires)},
         )  # fmt: skip
         assert inserted == ((key, kind) not in self.msgs), "push dedup"
         if inserted:
@@ -32,7 +34,7 @@ class ProduceRules:
 
     @rule(
         batch=st.lists(
-            st.tuples(keys, kinds, push_delays, priorities, group_index),
+            st.tuples(keys, kinds, push_delays, priorities, group_index, expiries),
             min_size=1,
             max_size=4,
             unique_by=lambda x: (x[0], x[1]),
@@ -41,11 +43,12 @@ class ProduceRules:
     @covers("queue_push_batch_with_headers", "queue_push_batch_grouped_with_headers")
     def push_batch_with_headers(self, batch):
         items, fresh = [], []
-        for key, kind, delay, priority, g in batch:
+        for key, kind, delay, priority, g, expires in batch:
             pid = next(self.pids)
             group = self.group_of(g)
             run_at = ticks(delay) if delay else None
-            items.append(pyqueue_sql.NewMessage(key, kind, {"n": pid}, run_at, priority, group, HEADERS))
+            headers = {**HEADERS, **self.expiry_headers(pid, expires)}
+            items.append(pyqueue_sql.NewMessage(key, kind, {"n": pid}, run_at, priority, group, headers))
             if (key, kind) not in self.msgs:
                 fresh.append(
                     Msg(key, kind, pid, priority, 0, self.t + delay, None, group, False, self.t + delay)
@@ -71,6 +74,8 @@ class ProduceRules:
             assert got == "reserved", got
         else:
             assert got == "replaced", (got, m)
+            if m.pid in self.expiry:  # the live message's headers are kept
+                self.expiry[pid] = self.expiry[m.pid]
             m.pid, m.priority, m.attempts, m.token, m.due = pid, priority, 0, None, self.t
 
     @rule(to_main=st.booleans(), to_next=st.booleans())
