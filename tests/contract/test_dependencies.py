@@ -581,17 +581,20 @@ def _cancel_fan_out(a: Session, n: int) -> float:
 
 @pytest.mark.slow
 def test_cancelling_the_children_of_a_failed_parent_costs_the_same_per_child_at_2000_as_at_250(sql_session):
-    """Linear: the failing parent's call spends, per child, at 2,000 children no more than twice
-    what it spends at 250 (the work list of the cancel was re-parsed per child on MariaDB: 22 s
+    """Linear: the failing parent's call spends, per child, at 2,000 children no more than three
+    times what it spends at 250 (the work list of the cancel was re-parsed per child on MariaDB: 22 s
     for 4,000, 0.7 s for 1,000; a cost per child that grows with n at all is 8 times at 2,000
     what it is at 250, as at 4,000 against 500: pushing the children is most of this test's
     time). Measured in the server's CPU time for the session where it can be read (wall time
-    moves with the machine's load), the smaller case's best of three."""
+    moves with the machine's load), each case's best of its runs (three of 250, two of 2,000: a
+    single run of either can be slowed by what else the server does meanwhile). The bound is 3x,
+    well under the 8x of a cost that grows with n: the server's CPU is read in clock ticks (10 ms),
+    a few percent of the smaller case."""
     a = sql_session()
     _cancel_fan_out(a, 50)  # warm
     small = min(_cancel_fan_out(a, 250) for _ in range(3)) / 250
-    large = _cancel_fan_out(a, 2000) / 2000
-    assert large <= 2 * small, f"{large * 1e6:.0f} us a child at 2000, {small * 1e6:.0f} us at 250"
+    large = min(_cancel_fan_out(a, 2000) for _ in range(2)) / 2000
+    assert large <= 3 * small, f"{large * 1e6:.0f} us a child at 2000, {small * 1e6:.0f} us at 250"
 
 
 def test_a_parent_moved_into_its_own_queue_keeps_its_children_waiting_for_it(sql_session):
