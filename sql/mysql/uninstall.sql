@@ -94,6 +94,10 @@ DROP TABLE IF EXISTS pyqueue_binding;
 DROP PROCEDURE IF EXISTS queue_commit_result_batch;
 DROP PROCEDURE IF EXISTS queue_commit_batch;
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch;
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_args;
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_plain;
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_locate;
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_held;
 DROP PROCEDURE IF EXISTS queue_commit_reserve;
 DROP PROCEDURE IF EXISTS pyqueue__commit_held;
 
