@@ -742,7 +742,8 @@ END //
 -- (in_limits): in the call's own transaction (in_txn = 1) or a serial call, at the first candidate of a kind with a
 -- limit (io_locked FALSE), a plain read of that kind's slots: none free, the kind joins io_full without waiting for a
 -- lock; else the slot rows of ALL the queue's kinds, FOR UPDATE in one statement in primary key order (io_locked);
--- then a slot for the delivery (pyqueue__limit_claim). A kind without a limit takes no slot and waits for no take.
+-- then a slot for the delivery (pyqueue__limit_claim). A kind without a limit takes no slot and waits for no take:
+-- pyqueue__limited_candidate calls this step for it only on a queue with rates.
 -- Locks: the rate units (SKIP LOCKED) and slot rows taken, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__limited_admit //
 CREATE PROCEDURE pyqueue__limited_admit(
@@ -921,7 +922,9 @@ BEGIN
                 END IF;
             END IF;
         ELSE
-            IF in_nrates > 0 OR in_limits THEN
+            IF in_nrates > 0
+               OR (in_limits AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                                          WHERE l.queue_name = in_queue AND l.p_kind = in_kind)) THEN
                 CALL pyqueue__limited_admit(in_queue, in_id, in_kind, v_attempts, in_now, in_until, in_txn, in_serial,
                                             in_limits, in_nrates, in_rates, in_qper, io_full, io_locked, io_left,
                                             v_ok, v_kslot, v_qslot);
