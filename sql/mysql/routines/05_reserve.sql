@@ -1360,10 +1360,14 @@ BEGIN
     -- settings, limits and whether any message has a priority above 0: ONE plain read (a subquery of IF would be a
     -- locking read, waiting for a limit being set). (Not MAX(priority): the end of a queue's range in the ready index
     -- is where claims insert and commits leave deleted entries until purge; whether any entry lies above priority 0
-    -- is one probe past that range.)
+    -- is one probe past that range.) Limits and rates of kinds the call does not take do not count: a reserve of
+    -- kinds without either goes the general way, as on a queue without limits, and takes no slot lock.
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
-           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue)
-           OR EXISTS (SELECT 1 FROM pyqueue_rate r WHERE r.queue_name = v_queue),
+           EXISTS (SELECT 1 FROM pyqueue_limit l
+                    WHERE l.queue_name = v_queue AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(l.p_kind))))
+           OR EXISTS (SELECT 1 FROM pyqueue_rate r
+                       WHERE r.queue_name = v_queue
+                         AND (v_kinds IS NULL OR r.p_kind = '' OR JSON_CONTAINS(v_kinds, JSON_QUOTE(r.p_kind)))),
            EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
                     WHERE m.queue_name = v_queue AND m.priority > 0),
            MAX(q.max_reservation)
