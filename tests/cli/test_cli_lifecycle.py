@@ -327,30 +327,13 @@ def test_workers_marks_stale_heartbeats(capsys, dsn, db):
 # -- the worker process ------------------------------------------------------------------
 
 
-def failing(job):
-    """Fails every delivery (the worker logs each failure)."""
-    raise RuntimeError(f"cannot handle {job.key}")
-
-
-def sleeping(job):
-    time.sleep(float(job.payload.get("sleep", 0)))
-
-
-async def async_record(job):
-    import asyncio
-
-    await asyncio.sleep(0.01)
-    with open(os.environ["PYQUEUE_TEST_RECORD"], "a") as f:
-        f.write(f"async {job.key}\n")
-
-
 def worker_command(dsn, queue, handler, *extra):
     return [
         sys.executable,
         "-m",
         "pyqueue_sql.cli",
         "worker",
-        f"tests.cli.test_cli_lifecycle:{handler}",
+        f"tests.cli.handlers:{handler}",
         "--queue",
         queue,
         "--dsn",

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,74 @@ def _manage(
 def _ok(done: subprocess.CompletedProcess) -> str:
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+@pytest.fixture(scope="session")
+def _migrated_templates(servers):
+    """(dialect, python) -> a database `manage.py migrate` ran on, made once per test process and
+    Django; dropped at the end of the session."""
+    made: dict[tuple[str, str], tuple] = {}
+    yield made
+    for server, name in made.values():
+        server.drop(name)
+
+
+@pytest.fixture
+def migrated_database(server, _migrated_templates, _dropper):
+    """Makes databases the project's `manage.py migrate` ran on (its Django under test), copied
+    from a template database migrated once per test process and Django, without a Django process
+    per test (about 1 s of CPU each). PostgreSQL copies it whole (CREATE DATABASE ... TEMPLATE).
+    MySQL/MariaDB has no templates: pyqueue-sql's schema is installed by migrate.upgrade, which is
+    what the app's migrations run (install_schema), and Django's own tables, every table the
+    template has beside that schema's, are copied, and every row the install did not make (SHOW
+    CREATE TABLE, INSERT IGNORE ... SELECT). The test of `manage.py migrate` itself starts from an empty database."""
+    made: list[str] = []
+
+    def make(python: str) -> str:
+        key = (server.dialect, python)
+        if key not in _migrated_templates:
+            template = f"pyqueue_template_django_{os.getpid()}_{len(_migrated_templates)}"
+            dsn = server.create(template)
+            _migrated_templates[key] = (server, template)
+            _ok(_manage(python, dsn, "migrate", "--no-input"))
+        template = _migrated_templates[key][1]
+        name = f"pyqueue_t_django_{uuid.uuid4().hex[:10]}"
+        made.append(name)
+        if server.dialect == "postgresql":
+            return server.copy(template, name)
+        dsn = server.create(name)
+        migrate.upgrade(dsn)
+        _copy_other_tables(server, template, name)
+        return dsn
+
+    yield make
+    for name in made:
+        _dropper.drop(server, name)
+
+
+def _copy_other_tables(server, source: str, target: str) -> None:
+    """Copies into MySQL/MariaDB database `target` each table of `source` that `target` has not,
+    with its indexes and foreign keys (those name tables of the same database), and every row of
+    `source` whose key `target` has not."""
+    conn = server._admin()
+    try:
+        with conn.cursor() as cur:
+            listed = "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+            cur.execute(listed + " AND table_type = 'BASE TABLE'", (source,))
+            tables = {row[0] for row in cur.fetchall()}
+            cur.execute(listed, (target,))
+            installed = {row[0] for row in cur.fetchall()}
+            cur.execute(f"USE `{target}`")
+            cur.execute("SET SESSION foreign_key_checks = 0")
+            for table in sorted(tables):
+                if table not in installed:
+                    cur.execute(f"SHOW CREATE TABLE `{source}`.`{table}`")
+                    cur.execute(cur.fetchone()[1])
+                # the rows the install did not make too (the queues of TASKS, made after migrate)
+                cur.execute(f"INSERT IGNORE INTO `{target}`.`{table}` SELECT * FROM `{source}`.`{table}`")
+        conn.commit()
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager
@@ -352,15 +421,14 @@ FORGED = "k\n12:00:00 INFO    worker stopped (FORGED)\x1b[2J"
 @pytest.mark.slow
 @pytest.mark.parametrize("django", ["5.2", "6"])
 def test_the_worker_imports_nothing_a_producer_names_and_runs_a_task_only_on_its_own_queue(
-    fresh_database, dialect, django, tmp_path
+    migrated_database, dialect, django, tmp_path
 ):
     """The attacker holds only the producer capability and pushes with plain SQL: a kind naming a
     module with a side effect at import (importable by the worker), and a real task of the project
     onto a queue that is not its own. The worker (manage.py pyqueue_worker) imports neither, runs
     neither, and fails both messages with a line saying why; a real task on its own queue runs."""
     python = _python(django)
-    dsn = fresh_database("django")
-    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    dsn = migrated_database(python)
     planted = tmp_path / "planted"
     planted.mkdir()
     evidence = tmp_path / "imported"
@@ -470,15 +538,16 @@ def _test_databases(dsn: str, name: str) -> list:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("django", ["5.2", "6"])
-def test_the_admin_pages_over_the_queues_follow_the_admin_users_permissions(fresh_database, dialect, django):
+def test_the_admin_pages_over_the_queues_follow_the_admin_users_permissions(
+    migrated_database, dialect, django
+):
     """The admin's pages, rendered through Django's test client for each kind of user: refused to
     the anonymous, to non-staff (the login page) and to staff without the app's permissions (403);
     a viewer sees the messages, a message's payload, no action; cancel needs the change
     permission, remove the delete one, redrive (a dead-letter queue of the backend's queue) the
     change one; the actions run the routines; a queue not of the backend is refused."""
     python = _python(django)
-    dsn = fresh_database("django")
-    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    dsn = migrated_database(python)
     out = json.loads(_ok(_manage(python, dsn, "drive", "admin")))
     assert out["anonymous"] == {"list": 302, "keys_shown": 0}
     assert out["not_staff"] == {"list": 302, "keys_shown": 0}
@@ -499,15 +568,14 @@ def test_the_admin_pages_over_the_queues_follow_the_admin_users_permissions(fres
 
 @pytest.mark.parametrize("django", ["5.2"])
 def test_the_backend_cancels_only_its_own_queues_and_the_admin_offers_no_cancel_of_a_dead_letter(
-    fresh_database, dialect, django
+    migrated_database, dialect, django
 ):
     """As the one who holds a result id of another application's queue (billing's): the backend's
     cancel refuses it as get_result does, and billing's message stays. On a dead-letter queue's page
     the admin offers no cancel (queue_cancel refuses a dead letter), and a forged cancel posted
     there is answered with a message, not an error page; the dead letter stays."""
     python = _python(django)
-    dsn = fresh_database("django")
-    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    dsn = migrated_database(python)
     out = json.loads(_ok(_manage(python, dsn, "drive", "out_of_reach")))
     assert out["get_result"] == "TaskResultDoesNotExist"
     assert out["cancel"] is False
@@ -521,12 +589,11 @@ def test_the_backend_cancels_only_its_own_queues_and_the_admin_offers_no_cancel_
 
 
 @pytest.mark.parametrize("django", ["5.2"])
-def test_prune_deletes_the_results_older_than_the_age_of_the_queues_named(fresh_database, dialect, django):
+def test_prune_deletes_the_results_older_than_the_age_of_the_queues_named(migrated_database, dialect, django):
     """manage.py prune_pyqueue_results: results finished before --min-age-days go, of the queues
     named only (--queue-name, '*' for all); younger ones stay; each queue keeps its retention."""
     python = _python(django)
-    dsn = fresh_database("django")
-    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    dsn = migrated_database(python)
     with pyqueue_sql.connect(dsn) as db:
         for queue in ("default", "emails"):
             for key in ("old", "new"):
@@ -566,12 +633,11 @@ def test_prune_deletes_the_results_older_than_the_age_of_the_queues_named(fresh_
 
 
 @pytest.mark.parametrize("django", ["5.2"])
-def test_prune_with_a_status_deletes_only_the_old_results_of_that_status(fresh_database, dialect, django):
+def test_prune_with_a_status_deletes_only_the_old_results_of_that_status(migrated_database, dialect, django):
     """manage.py prune_pyqueue_results --status FAILED: the failed results older than the age go
     (queue_purge_results), the succeeded ones and the young failed one stay."""
     python = _python(django)
-    dsn = fresh_database("django")
-    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    dsn = migrated_database(python)
     with pyqueue_sql.connect(dsn) as db:
         q = db.queue("default")
         q.create(max_attempts=1)
@@ -599,12 +665,11 @@ def test_prune_with_a_status_deletes_only_the_old_results_of_that_status(fresh_d
 
 @pytest.mark.slow
 @pytest.mark.parametrize("django", ["5.2"])
-def test_the_worker_options_of_db_worker(fresh_database, dialect, django):
+def test_the_worker_options_of_db_worker(migrated_database, dialect, django):
     """--max-tasks stops the worker after that many tasks, --exclude-queues leaves a queue alone,
     --worker-id names it, --batch runs what is ready and exits; each exit is the worker's own."""
     python = _python(django)
-    dsn = fresh_database("django")
-    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    dsn = migrated_database(python)
     kind = "shop.tasks.divide"
     with pyqueue_sql.connect(dsn) as db:
         for key in ("a", "b", "c"):
@@ -640,7 +705,7 @@ def test_the_worker_options_of_db_worker(fresh_database, dialect, django):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("django", ["5.2"])
-def test_the_worker_with_reload_restarts_on_a_code_change_and_serves(fresh_database, dialect, django):
+def test_the_worker_with_reload_restarts_on_a_code_change_and_serves(migrated_database, dialect, django):
     """--reload: the worker runs under Django's autoreloader; a change of a module it imported (the
     tasks module's time touched) restarts it, and the restarted worker runs a task."""
     import queue as queue_module
@@ -648,8 +713,7 @@ def test_the_worker_with_reload_restarts_on_a_code_change_and_serves(fresh_datab
     import time
 
     python = _python(django)
-    dsn = fresh_database("django")
-    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    dsn = migrated_database(python)
     worker = subprocess.Popen(
         [python, "manage.py", "pyqueue_worker", "--reload", "--no-startup-delay", "--interval", "0.2"],
         cwd=PROJECT,
@@ -696,15 +760,14 @@ def test_the_worker_with_reload_restarts_on_a_code_change_and_serves(fresh_datab
 
 @pytest.mark.slow
 @pytest.mark.parametrize("django", ["6"])
-def test_a_retried_task_keeps_its_first_start_and_each_attempts_worker(fresh_database, dialect, django):
+def test_a_retried_task_keeps_its_first_start_and_each_attempts_worker(migrated_database, dialect, django):
     """A task that fails once and then succeeds, each attempt run by another worker: what the
     worker recorded (read with queue_result) has started_at of the first attempt,
     last_attempted_at of the second, and the worker id of each attempt."""
     from pyqueue_sql.tasks import new_key
 
     python = _python(django)
-    dsn = fresh_database("django")
-    _ok(_manage(python, dsn, "migrate", "--no-input"))
+    dsn = migrated_database(python)
     key = new_key()
     with pyqueue_sql.connect(dsn) as db, deployment(dsn) as (_, worker_dsn):
         # (the workers are consumers: an admin worker would set the project's max_attempts back)

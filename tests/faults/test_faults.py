@@ -9,8 +9,8 @@ double commit" = exactly one committed row per key. The handler appends to a
 record file (start/done, key, attempt, pid), which shows the deliveries
 (at-least-once) beside the commits (exactly once).
 
-The handlers below are what the worker processes run
-(`pyqueue-sql worker tests.faults.test_faults:fault_handler`): while the file named by
+The handlers of handlers.py are what the worker processes run
+(`pyqueue-sql worker tests.faults.handlers:fault_handler`): while the file named by
 $PYQUEUE_TEST_HOLD exists, it holds its message (so a worker can be killed, or
 its connections cut, while it holds a batch); then it sleeps payload["sleep"].
 Every test with worker processes runs twice: with that plain function (Worker,
@@ -19,7 +19,6 @@ threads) and with its `async def` twin async_fault_handler (AsyncWorker, tasks).
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import json
@@ -37,49 +36,11 @@ import pyqueue_sql
 from pyqueue_sql import dialects, migrate
 
 from ..helpers import wait_for
+from .handlers import HANDLERS
 
 pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HOLD_AT_MOST = 120.0
-
-
-# -- the handler the worker processes run ------------------------------------------
-
-
-def _record(line: str) -> None:
-    fd = os.open(os.environ["PYQUEUE_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())  # one short O_APPEND write: lines of several processes never mix
-    finally:
-        os.close(fd)
-
-
-def _holding(deadline: float) -> bool:
-    hold = os.environ.get("PYQUEUE_TEST_HOLD")
-    return bool(hold) and os.path.exists(hold) and time.monotonic() < deadline
-
-
-def fault_handler(job):
-    _record(f"start {job.key} {job.attempts} {os.getpid()}")
-    deadline = time.monotonic() + HOLD_AT_MOST
-    while _holding(deadline):
-        time.sleep(0.02)
-    time.sleep(float(job.payload.get("sleep", 0)))
-    _record(f"done {job.key} {job.attempts} {os.getpid()}")
-
-
-async def async_fault_handler(job):
-    """fault_handler for AsyncWorker: the same records, awaiting instead of sleeping."""
-    _record(f"start {job.key} {job.attempts} {os.getpid()}")
-    deadline = time.monotonic() + HOLD_AT_MOST
-    while _holding(deadline):
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(float(job.payload.get("sleep", 0)))
-    _record(f"done {job.key} {job.attempts} {os.getpid()}")
-
-
-HANDLERS = {"threads": "fault_handler", "asyncio": "async_fault_handler"}
 
 
 # -- helpers ------------------------------------------------------------------------
@@ -105,7 +66,7 @@ class WorkerProcess:
                     "-m",
                     "pyqueue_sql.cli",
                     "worker",
-                    f"tests.faults.test_faults:{handler}",
+                    f"tests.faults.handlers:{handler}",
                     "--queue",
                     queue,
                     "--dsn",
