@@ -1117,9 +1117,11 @@ BEGIN
                 END LOOP;
                 CLOSE c_ready;
             UNTIL v_left <= 0 OR v_got < v_page END REPEAT;
-            SELECT MAX(m.priority) INTO v_priority
-              FROM pyqueue_message m
-             WHERE m.queue_name = v_queue AND m.priority < v_priority;
+            IF v_left > 0 THEN  -- (else done: no probe for a priority below)
+                SELECT MAX(m.priority) INTO v_priority
+                  FROM pyqueue_message m
+                 WHERE m.queue_name = v_queue AND m.priority < v_priority;
+            END IF;
         END WHILE;
         IF v_txn = 1 THEN
             COMMIT;
