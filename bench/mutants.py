@@ -66,8 +66,13 @@ def first_failure(output: str) -> str:
         (line.strip(" |E") for line in lines if re.match(r"^\s*(\| )?(E\s+)?\w*(Error|Exception)\b", line)),
         "",
     )
+    # the model's failing step (hypothesis prints the steps; invariants end in _model) and the rule before it
+    steps = re.findall(r"^E\s+state\.(\w+)\(", output, re.M)
+    steps = [x for x in steps if x != "teardown"]
+    rule = next((x for x in reversed(steps) if not x.endswith("_model")), None)
+    where = f" [model: the last rule {rule} (or the teardown after it)]" if rule else ""
     if failed:
-        return f"{failed[:200]}: {error[:300]}" if error and error not in failed else failed[:300]
+        return (f"{failed[:200]}: {error[:300]}" if error and error not in failed else failed[:300]) + where
     tail = [line for line in output.splitlines() if line.strip()]
     return tail[-1][:300] if tail else "(no output)"
 

@@ -517,11 +517,31 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(pause=st.booleans())
     @covers("queue_pause", "queue_resume")
     def pause_or_resume(self, pause):
+        """Paused: no pop, no reserve (of one: the fast path; of several), no next time to wait for,
+        and a wait ends without a ready message."""
         if pause:
             self.q("admin").pause()
         else:
             self.q("admin").resume()
         self.paused = pause
+        if pause and self.msgs:
+            assert self.q("C").pop(1) == [], "a paused queue pops nothing"
+            for n in (1, 3):
+                assert self.q("C").reserve(n, timeout=ticks(1.5)) == [], "a paused queue reserves nothing"
+            statement = (
+                "SELECT * FROM queue_next_scheduled_at(%s)"
+                if self.dialect == "postgresql"
+                else "CALL queue_next_scheduled_at(%s, NULL)"
+            )
+            assert sql(self.conns["C"], statement, (self.main,)) == [(None, None)], (
+                "a paused queue's next time"
+            )
+            statement = (
+                "SELECT queue_wait(%s, NULL, interval '0.05 seconds')"
+                if self.dialect == "postgresql"
+                else "CALL queue_wait(%s, NULL, 0.05, NULL)"
+            )
+            assert not sql(self.conns["C"], statement, (self.main,))[0][0], "a paused queue's wait ends ready"
 
     @rule(n=st.sampled_from((1, 1, 2, 3)))
     def advance_clock(self, n):
@@ -779,6 +799,7 @@ class ContractMachine(
         self.progress: dict = {}  # kk -> the live message's progress
         self.cancel_requested: set = set()
         self.waiting: dict = {}  # child kk -> {(where, parent kk)} of the parents it still waits for
+        self.run_on: dict = {}  # child kk -> 'failure' or 'always' (queue_push_after_on); else success
         self.schedules: dict = {}
         self.dep_children: set = set()  # live children pushed with parents (their rows in pyqueue_dependency)
         self.dep_parents: set = set()  # live messages of main that were named as a parent
@@ -799,6 +820,7 @@ class ContractMachine(
         progress = self.progress.pop(kk, None)
         self.cancel_requested.discard(kk)
         self.waiting.pop(kk, None)
+        self.run_on.pop(kk, None)
         self.dep_children.discard(kk)
         self.dep_parents.discard(kk)
         if outcome in ("succeeded", "failed", "cancelled") and self.retention:
@@ -866,15 +888,31 @@ class ContractMachine(
         want_live = {kk: (self.progress.get(kk), kk in self.cancel_requested) for kk in self.msgs}
         assert live == want_live, ("progress and cancel requests", live, want_live)
 
+    @invariant()
+    def no_history_kept(self):
+        """The example's queues keep no history (history_retention NULL): nothing is archived."""
+        n = sql(
+            self.conns["admin"],
+            "SELECT count(*) FROM pyqueue_history WHERE queue_name IN (%s, %s, %s, %s)",
+            (self.main, self.dlq_name, self.next_name, self.lim_name),
+        )[0][0]
+        assert n == 0, ("history kept without a history retention", n)
+
     def as_json(self, value):
         """A JSON column as Python (PyMySQL returns its text)."""
         return json.loads(value) if self.dialect == "mysql" and isinstance(value, (str, bytes)) else value
 
     def teardown(self):
         try:
-            # the dead letters first: children waiting on them are ready once they are popped
-            self.shift(10)
+            # the dead letters first: children waiting on them are ready once they are popped; a
+            # schedule's occurrence may be due many ticks on (each one run moves its chain a step)
+            self.shift(max([10] + [int(m.due - self.t) + 2 for m in self.msgs.values() if not m.blocked]))
             self.drain_side_queue("dlq")
+            # the drain pops every parent left: a failure callback whose parents all succeed so is
+            # cancelled (with its own waiting children), never drained
+            for _ in range(len(self.waiting)):
+                for kk in list(self.msgs):
+                    self.parent_left("main", kk, "succeeded")
             super().teardown()
         finally:
             admin = self.conns["admin"]

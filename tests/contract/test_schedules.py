@@ -221,12 +221,13 @@ def test_a_moved_occurrence_pushes_the_next_one(queue, make_queue, raw, into):
         "lease expired on the last attempt",
         "removed by an admin",
         "cancelled by an admin",
+        "popped",
     ],
 )
 def test_whatever_ends_the_pending_occurrence_the_next_one_is_pushed(queue, make_queue, raw, ending):
     """A consumer's give-up (or a lease that ran out on the last attempt) ends that occurrence, not
     the schedule: its next occurrence is pushed at once, at its time; so do an admin's remove and
-    cancel. Only queue_unschedule ends a schedule's chain."""
+    cancel, and a pop (at-most-once consumers too). Only queue_unschedule ends a schedule's chain."""
     dead = make_queue() if "dead-lettered" in ending else None
     queue.create(max_attempts=1, dead_letter_queue=dead.name if dead else None)
     first = queue.schedule_every("r", "tick", {}, 1)
@@ -237,8 +238,14 @@ def test_whatever_ends_the_pending_occurrence_the_next_one_is_pushed(queue, make
             assert queue.cancel(occurrence_key("r", first), "tick") == "cancelled"
     else:
         time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 0.05)
-        (occ,) = queue.reserve(timeout=0.2 if "expired" in ending else 60)
-        if ending == "give up":
+        if ending == "popped":
+            (popped,) = queue.pop()
+            assert popped.key == occurrence_key("r", first)
+        else:
+            (occ,) = queue.reserve(timeout=0.2 if "expired" in ending else 60)
+        if ending == "popped":
+            pass
+        elif ending == "give up":
             assert queue.give_up(occ, "no") in ("dropped", "dead_lettered")
         elif "expired" in ending:
             time.sleep(0.3)

@@ -1154,7 +1154,8 @@ END //
 -- delete. An error before the delete gives the marks back; an interruption leaves marked rows that come back after
 -- the visibility timeout (never lost, never twice). A FIFO group's head leaves alone first (pyqueue__groups_leave),
 -- its group row with SKIP LOCKED: busy, its mark goes back. On a queue that keeps results each popped message's
--- outcome is 'succeeded', recorded with the history (one INSERT) before the DELETE.
+-- outcome is 'succeeded', recorded with the history (one INSERT) before the DELETE. A popped occurrence of a schedule
+-- pushes the next one after the DELETE (pyqueue__schedule_next).
 -- Locks: the marked rows, for one statement each step (or until the caller's transaction ends); rows another session
 -- holds are skipped.
 DROP PROCEDURE IF EXISTS queue_pop //
@@ -1169,7 +1170,8 @@ BEGIN
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
     DECLARE v_count, v_taken, v_deleted, v_ngrouped, v_own, v_rated INT DEFAULT 0;
-    DECLARE v_rows, v_grouped, v_busy, v_deps LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_rows, v_grouped, v_busy, v_deps, v_occ LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_i INT;
     DECLARE v_gcl BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
@@ -1277,6 +1279,19 @@ BEGIN
               STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
              WHERE m.reserve_token = j.c_token;
             SET v_deleted = v_deleted + ROW_COUNT();
+            -- the popped occurrences of schedules: each pushes its schedule's next, as a commit does
+            SELECT JSON_ARRAYAGG(JSON_ARRAY(j.c_k, j.c_kd)) INTO v_occ
+              FROM JSON_TABLE(COALESCE(v_rows, '[]'), '$[*]' COLUMNS (
+                       c_id BIGINT PATH '$.id',
+                       c_k  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.k',
+                       c_kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.kd')) AS j
+             WHERE j.c_k LIKE '%@____-__-__T__:__:__Z' AND NOT EXISTS (SELECT 1 FROM pyqueue_message m WHERE m.id = j.c_id);
+            SET v_i = 0;
+            WHILE v_i < COALESCE(JSON_LENGTH(v_occ), 0) DO
+                CALL pyqueue__schedule_next(v_queue, JSON_UNQUOTE(JSON_EXTRACT(v_occ, CONCAT('$[', v_i, '][0]'))),
+                                            JSON_UNQUOTE(JSON_EXTRACT(v_occ, CONCAT('$[', v_i, '][1]'))));
+                SET v_i = v_i + 1;
+            END WHILE;
             -- popped: succeeded, for the messages that wait for them (one locking probe of pyqueue_dependency per
             -- message, which finds nothing for a message without parents or children; a grouped one's went with it)
             SET v_deps = NULL;

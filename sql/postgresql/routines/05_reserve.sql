@@ -447,6 +447,7 @@ $$;
 -- queue that keeps results, each popped message's outcome is 'succeeded'.
 -- A message past its pyqueue.expires_at header is not popped but ended as
 -- cancelled (pyqueue__expire); the pop returns the others (fewer than in_n).
+-- A popped occurrence of a schedule pushes the next one (pyqueue__schedule_next).
 -- Rows: p_key, p_kind, payload, priority, attempts, created_at, headers.
 CREATE OR REPLACE FUNCTION queue_pop(in_queue text, in_n integer DEFAULT 1)
 RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
@@ -465,6 +466,8 @@ DECLARE
     v_kinds  text[];
     v_dkeys  text[];
     v_dkinds text[];
+    v_okeys  text[];
+    v_okinds text[];
     v_clock  text := pyqueue__clock_text(v_now);
     v_tid    tid;
 BEGIN
@@ -498,6 +501,9 @@ BEGIN
         SELECT pg_catalog.array_agg(m.p_key::text), pg_catalog.array_agg(m.p_kind::text) INTO v_keys, v_kinds
           FROM pyqueue_message m WHERE m.ctid = ANY (v_tids);
     END IF;
+    -- the popped occurrences of schedules: each pushes its schedule's next below, as a commit does
+    SELECT pg_catalog.array_agg(m.p_key::text), pg_catalog.array_agg(m.p_kind::text) INTO v_okeys, v_okinds
+      FROM pyqueue_message m WHERE m.ctid = ANY (v_tids) AND m.p_key::text LIKE '%@____-__-__T__:__:__Z';
     IF v_queue.result_retention IS NOT NULL THEN
         -- the popped messages that have parents or children (dependencies live in queues that keep
         -- results; one probe each; the rows are locked already, so a queue_push_after naming one
@@ -539,6 +545,10 @@ BEGIN
     END IF;
     IF v_groups IS NOT NULL THEN
         PERFORM pyqueue__groups_settle(in_queue, v_groups, pg_catalog.clock_timestamp());
+    END IF;
+    IF v_okeys IS NOT NULL THEN
+        PERFORM pyqueue__schedule_next(in_queue, u.k, u.kd)
+           FROM ROWS FROM (pg_catalog.unnest(v_okeys), pg_catalog.unnest(v_okinds)) AS u (k, kd);
     END IF;
     IF v_dkeys IS NOT NULL THEN  -- popped: succeeded, for the messages that wait for them
         PERFORM pyqueue__deps_left(in_queue, u.k, u.kd, true, NULL)

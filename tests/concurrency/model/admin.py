@@ -68,17 +68,18 @@ class AdminRules:
         seconds = got.total_seconds() if isinstance(got, dt.timedelta) else float(got)
         assert abs(seconds - want) < 1e-6, (got, want)
 
-    @rule(on=st.booleans())
-    @covers("queue_set_result_retention")
-    def result_retention(self, on):
-        """Off is refused while messages of the queue have parents or children."""
+    @rule(on=st.booleans(), reset=st.booleans())
+    @covers("queue_set_result_retention", "queue_reset_setting")
+    def result_retention(self, on, reset):
+        """Off (or reset to its default, off) is refused while messages of the queue have parents
+        or children."""
         q = self.q("admin")
         if on:
             q.set_result_retention(dt.timedelta(seconds=2.5 * 1200))
             self.retention = True
             return
         try:
-            q.set_result_retention(None)
+            q.reset_setting("result_retention") if reset else q.set_result_retention(None)
         except Exception as e:  # noqa: BLE001
             assert (self.dep_children or self.dep_parents) and isinstance(e, InvalidArgumentError), e
             return

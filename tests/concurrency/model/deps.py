@@ -1,7 +1,8 @@
 """Dependencies (docs/contract.md, Dependencies): queue_push_after with parents in main or in its
 dead-letter queue; the child waits (the blocked sentinel, no group) until every parent succeeded
 (commit, the results' commits, pop, move), and is cancelled, transitively, when one fails, is
-cancelled or removed. A dead-lettered parent that is redriven takes its children along
+cancelled or removed; queue_push_after_on's failure callbacks and always children as the contract's
+"Kinds of dependency" says. A dead-lettered parent that is redriven takes its children along
 (FIXED_REDRIVE_DEPENDENCY); a parent's commit racing a push_after under REPEATABLE READ never
 strands the child (FIXED_REPEATABLE_READ), and push_after holds at most a key-share lock on the
 queue row (FIXED_QUEUE_ROW_LOCK)."""
@@ -15,7 +16,7 @@ from hypothesis.stateful import rule
 
 from pyqueue_sql.errors import InvalidArgumentError
 
-from .base import Msg, kinds, sql
+from .base import Msg, kinds, sql, ticks
 from .coverage import covers
 
 CHILD_KEYS = ("c0", "c1", "c2")
@@ -37,10 +38,21 @@ class DependencyRules:
         key=st.sampled_from(CHILD_KEYS),
         kind=kinds,
         picks=st.lists(st.integers(0, 50), min_size=1, max_size=3),
-        via_on=st.booleans(),
+        run_on=st.sampled_from((None, "success", "failure", "always")),
+        via=st.sampled_from(("sql", "headers", "batch")),
     )
-    @covers("queue_push_after", "queue_push_after_on")
-    def push_after(self, key, kind, picks, via_on):
+    @covers(
+        "queue_push_after",
+        "queue_push_after_on",
+        "queue_push_after_on_with_headers",
+        "queue_push_after_batch",
+    )
+    def push_after(self, key, kind, picks, run_on, via="sql"):
+        """queue_push_after (run_on None) or queue_push_after_on (plain SQL), its _with_headers
+        sibling or queue_push_after_batch (via): the child waits for its live parents.
+        success: refused when a parent failed, was cancelled or is unknown; ready when every one
+        succeeded. failure (a failure callback): refused when every parent succeeded already; ready at
+        once when one failed or was cancelled already. always: ready when no parent is live."""
         # a schedule's occurrence is never a parent, in main or dead-lettered in dlq: refused, see
         # push_after_names_an_occurrence (its key carries the real clock's time, so drawing one here
         # also made the outcome of an example differ between hypothesis' replays of it)
@@ -57,55 +69,72 @@ class DependencyRules:
         pid = next(self.pids)
         states = [self.parent_state(w, kk) for w, kk in parents]
         refs = [self.parent_ref(w, kk) for w, kk in parents]
+        how = run_on or "success"
+        # a live child key: false (dedup) or the parents' refusal, whichever the routine checks first
+        # (the contract is silent; PostgreSQL and MySQL differ: docs/reliability.md)
+        live_key = (key, kind) in self.msgs
+        ended_badly = any(s in ("failed", "cancelled") for s in states)
+        if how == "success":
+            refused = any(s not in ("live", "succeeded") for s in states)
+        else:
+            refused = "unknown" in states or (how == "failure" and all(s == "succeeded" for s in states))
+        refused = refused and not live_key
         try:
-            if via_on:  # queue_push_after_on with run_on 'success': the same dependency as push_after
-                got = self.push_after_on_success(key, kind, {"n": pid}, refs)
-            else:
+            if run_on is None:
                 got = self.q("P").push_after(key, kind, {"n": pid}, refs)
+            elif via == "headers":  # queue_push_after_on_with_headers (priority 0, as the model's)
+                got = self.q("P").push_after(key, kind, {"n": pid}, refs, run_on=run_on, priority=0)
+            elif via == "batch":  # queue_push_after_batch of one message
+                one = {"key": key, "kind": kind, "payload": {"n": pid}, "parents": refs, "run_on": run_on}
+                got = bool(self.q("P").push_after_many([one]))
+            else:
+                got = self.push_after_on(key, kind, {"n": pid}, refs, run_on)
         except Exception as e:  # noqa: BLE001 - checked against the model
-            assert any(s not in ("live", "succeeded") for s in states), ("push_after refused", e, states)
+            assert refused or live_key, ("push_after refused", run_on, e, states)
             assert isinstance(e, InvalidArgumentError) or "pyqueue:invalid_argument" in str(e), e
             return
-        assert all(s in ("live", "succeeded") for s in states), (
-            "push_after of a failed or unknown parent",
-            states,
-        )
+        assert not refused, ("push_after accepted", run_on, parents, states)
         assert got == ((key, kind) not in self.msgs), "push_after dedup"
         if not got:
             return
         live = {(w, kk) for (w, kk), s in zip(parents, states) if s == "live"}
+        if how == "failure" and ended_badly:
+            live = set()  # a parent failed already: the callback is ready at once
         m = Msg(key, kind, pid, 0, 0, self.t, None, None, bool(live), self.t)
         self.msgs[m.kk] = m
         if live:
             self.waiting[m.kk] = live
+            if how != "success":
+                self.run_on[m.kk] = how
         self.dep_children.add(m.kk)
         self.dep_parents |= {kk for w, kk in live if w == "main"}
 
-    def push_after_on_success(self, key, kind, payload, refs) -> bool:
-        """queue_push_after_on(..., 'success') in plain SQL, as a psql or mysql session calls it (the
-        client calls queue_push_after for run_on="success"). The model states only this kind: the
-        failure and always kinds are tested in tests/contract/test_dependencies.py."""
-        args = (self.main, key, kind, json.dumps(payload), json.dumps(refs))
+    def push_after_on(self, key, kind, payload, refs, run_on) -> bool:
+        """queue_push_after_on in plain SQL, as a psql or mysql session calls it."""
+        args = (self.main, key, kind, json.dumps(payload), json.dumps(refs), run_on)
         if self.dialect == "postgresql":
-            statement = "SELECT queue_push_after_on(%s, %s, %s, %s::jsonb, %s::jsonb, 'success')"
+            statement = "SELECT queue_push_after_on(%s, %s, %s, %s::jsonb, %s::jsonb, %s)"
         else:
-            statement = "CALL queue_push_after_on(%s, %s, %s, %s, %s, 'success')"
+            statement = "CALL queue_push_after_on(%s, %s, %s, %s, %s, %s)"
         return bool(sql(self.conns["P"], statement, args)[0][0])
 
     def parent_left(self, where: str, kk, outcome: str) -> None:
-        """A parent left its queue: children ready when it succeeded and it was their last, else cancelled."""
+        """A parent left its queue (succeeded or moved on: it succeeded; else it failed). success:
+        the child is ready when that was its last parent, cancelled when it failed. failure: ready
+        (once) when it failed, cancelled when every parent succeeded. always: ready after the last."""
         for child, parents in list(self.waiting.items()):
             if (where, kk) not in parents or child not in self.msgs:
                 continue
-            if outcome in ("succeeded", "moved"):
-                parents.discard((where, kk))
-                if not parents:
-                    del self.waiting[child]
-                    c = self.msgs[child]
-                    c.blocked, c.due = False, self.t
-                    self.promoted.add(child)
-            else:
+            how = self.run_on.get(child, "success")
+            good = outcome in ("succeeded", "moved")
+            parents.discard((where, kk))
+            if (how == "success" and not good) or (how == "failure" and good and not parents):
                 self.finish(child, "cancelled")
+            elif not parents or (how == "failure" and not good):
+                del self.waiting[child]
+                c = self.msgs[child]
+                c.blocked, c.due = False, self.t
+                self.promoted.add(child)
 
     def parent_redriven(self, kk) -> None:
         for parents in self.waiting.values():
@@ -122,6 +151,11 @@ class DependencyRules:
         never left waiting for a parent that is gone. While P's transaction is open, admin changes
         the queue's settings: push_after holds no lock on the queue row that blocks that."""
         held = sorted(kk for kk, m in self.msgs.items() if self.state(m) == "reserved" and "@" not in kk[0])
+        if not held and FIXED_REPEATABLE_READ:
+            self.reserve("A", 1, 2.5)  # a parent to race for
+            held = sorted(
+                kk for kk, m in self.msgs.items() if self.state(m) == "reserved" and "@" not in kk[0]
+            )
         if not FIXED_REPEATABLE_READ or not held or not self.retention or (key, kind) in self.msgs:
             return
         parent = held[j % len(held)]
@@ -146,6 +180,7 @@ class DependencyRules:
             sql(admin, "SET lock_timeout = '3s'", ())
             try:
                 admin.queue(self.main).set_notify_window(None)
+                admin.queue(self.main).set_result_retention(ticks(2.5))  # the queue row itself
             except Exception:  # noqa: BLE001 - reported once P's transaction is over
                 lock_ok = False
             finally:
@@ -178,6 +213,26 @@ class DependencyRules:
         self.dep_parents.add(parent)
         if out.get("ok"):
             self.finish(parent, "succeeded")
+
+    @rule(key=st.sampled_from(CHILD_KEYS), kind=kinds, j=st.integers(0, 50))
+    @covers("queue_push_after", "queue_redrive", "queue_remove")
+    def redrive_a_parent(self, key, kind, j):
+        """A child of a dead letter follows it when it is redriven: push_after names a dead letter
+        of dlq, every dead letter is redriven into main, and the parent's removal there cancels
+        the child (FIXED_REDRIVE_DEPENDENCY: before, the child was left waiting for ever)."""
+        dead = sorted(kk for kk in self.dlq if "@" not in kk[0] and kk not in self.msgs)
+        if not FIXED_REDRIVE_DEPENDENCY or not dead or not self.retention or (key, kind) in self.msgs:
+            return
+        parent = dead[j % len(dead)]
+        pid = next(self.pids)
+        assert self.q("P").push_after(key, kind, {"n": pid}, [self.parent_ref("dlq", parent)])
+        self.msgs[(key, kind)] = Msg(key, kind, pid, 0, 0, self.t, None, None, True, self.t)
+        self.waiting[(key, kind)] = {("dlq", parent)}
+        self.dep_children.add((key, kind))
+        self.redrive(len(self.dlq))
+        assert parent in self.msgs
+        assert self.q("admin").remove(*parent)
+        self.finish(parent, "removed")
 
 
 # Fixes that land on main separately: each switch, False until its fix is on main, keeps the

@@ -54,7 +54,7 @@ class LimitRules:
             if m.kind == "b" and self.lim_rate is not None and self.lim_rate_used >= self.lim_rate:
                 continue
             held_a += m.kind == "a"
-            self.lim_rate_used += m.kind == "b"
+            self.lim_rate_used += m.kind == "b" and self.lim_rate is not None  # used from when it is set
             want.append(m.key)
         assert sorted(r.key for r in got) == sorted(want), ("lim reserve", [r.key for r in got], want)
         by_key = {m.key: m for m in self.lim}
@@ -92,6 +92,17 @@ class LimitRules:
         if self.lim_rate is None:
             self.q("admin", self.lim_name).set_rate("b", n, ticks(72))  # a day
             self.lim_rate = n
+
+    @rule(n=st.integers(1, 3))
+    @covers("queue_set_rate")
+    def lim_rate_used_up(self, n):
+        """The rate's window holds: with the rate set, rate + 1 messages of kind b pushed and reserved
+        one at a time; none past what the rate has left comes out."""
+        self.lim_set_rate(n)
+        for _ in range(self.lim_rate + 1):
+            self.lim_push("b")
+        for _ in range(self.lim_rate + 1):
+            self.lim_reserve(1)
 
     @rule()
     @covers("queue_set_group_limit")

@@ -1,15 +1,20 @@
-"""Schedules (docs/contract.md, Schedules): queue_schedule_every (every 1200 s, one model tick) and
-queue_schedule_cron ("*/20 * * * *", the same grid), queue_unschedule. The pending occurrence is an
+"""Schedules (docs/contract.md, Schedules): queue_schedule_every and queue_schedule_cron, each on a
+grid of about one model tick chosen per example, queue_unschedule. The pending occurrence is an
 ordinary message keyed ``p_key@<its time>``; whatever ends it (commit, the results' commits, pop,
-fail or give_up for good, cancel, cancel_held, remove, move) pushes the next occurrence, one tick
-later on the real grid (FIXED_SCHEDULE_CHAIN: a fix landing on main; before it, an occurrence
-dead-lettered, removed or moved ended the chain).
+fail or give_up for good, cancel, cancel_held, remove, move) and a fail that retries it push the
+next occurrence, one step later on the real grid (FIXED_SCHEDULE_CHAIN: before that fix, an
+occurrence dead-lettered, removed or moved ended the chain); the retried occurrence stays, under
+its own key, and its later end pushes nothing.
 
 Occurrence times are real (the schedule's next_at is not moved by the model's clock): occurrence i
-of a schedule made at real time s0 falls at next_at0 + i ticks; pushed at model time t, it is due
-at t + (its time - now) in ticks. A schedule is made only when next_at0 - now is more than
-SAFE_S from the grid's step, so that the seconds an example takes never move an occurrence
-across a model tick."""
+falls at next_at0 + i steps; pushed at model time t, it is due at t + (its time - now) in ticks.
+The grids are chosen from the real time the example first schedules, so that the first occurrence
+falls 0.15 to 0.35 of a tick after now: never near the whole and half ticks at which the model's
+other messages fall due, whatever the wall-clock minute (the model is deterministic). cron:
+"a/20 * * * *" with a the minute of the hour five minutes on (modulo 20; a 20-minute grid, one
+tick); every: 1200 + j seconds, the smallest |j| <= 3 whose first multiple after now falls in that
+window (its occurrences drift j seconds a step, a few seconds an example); when none does, the
+example's every-schedules are cron ones."""
 
 from __future__ import annotations
 
@@ -26,7 +31,6 @@ from pyqueue_sql.errors import InvalidArgumentError
 from .base import MAX_ATTEMPTS, TICK_S, Msg, ticks
 from .coverage import covers
 
-SAFE_S = 150
 SCHEDULE_KEYS = ("s0", "s1")
 # occurrences of kind "s" can be reserved alone (kinds filter); the others mix with every message
 SCHEDULE_KINDS = ("s", "s", "a")
@@ -39,7 +43,8 @@ class Schedule:
     pid: int  # the payload's number, negative: shared by every occurrence
     next_at: dt.datetime  # the pending occurrence's time (real)
     pending: tuple[str, str] | None  # its (key, kind) in main, None when it was not pushed
-    cron: bool = False  # its definition: cron */20, else every TICK_S (the payload follows the key)
+    cron: bool = False  # its definition: the example's cron, else its every (the payload follows the key)
+    step: float = TICK_S  # seconds between two occurrences
 
 
 def occurrence_key(key: str, at: dt.datetime) -> str:
@@ -47,6 +52,27 @@ def occurrence_key(key: str, at: dt.datetime) -> str:
 
 
 class ScheduleRules:
+    def grids(self) -> tuple[str, int | None, float]:
+        """The example's cron expression and every (seconds; None: none fits), chosen once from the
+        real time (see the module's text), and that time."""
+        if getattr(self, "schedule_grids", None) is None:
+            now = time.time()
+            cron = f"{(int(now // 60) + 5) % 20}/20 * * * *"
+            every = next(
+                (e for j in (0, 1, -1, 2, -2, 3, -3)
+                 if 0.15 * TICK_S <= ((now // (e := TICK_S + j)) + 1) * e - now <= 0.35 * TICK_S),
+                None,
+            )  # fmt: skip
+            self.schedule_grids = (cron, every, now)
+        return self.schedule_grids
+
+    def first_at(self, cron: bool) -> dt.datetime:
+        """The first occurrence of the example's cron or every schedule: the next one after now."""
+        expr, every, now = self.grids()
+        if cron:
+            return dt.datetime.fromtimestamp((now // 60 + 5) * 60, dt.timezone.utc)
+        return dt.datetime.fromtimestamp((now // every + 1) * every, dt.timezone.utc)
+
     def occurrence(self, s: Schedule) -> None:
         """Pushes (in the model) the occurrence at s.next_at."""
         now = dt.datetime.now(dt.timezone.utc)
@@ -60,9 +86,14 @@ class ScheduleRules:
         for s in self.schedules.values():
             if s.pending == kk:
                 s.pending = None
-                if outcome in ("succeeded", "cancelled") or FIXED_SCHEDULE_CHAIN:
-                    s.next_at += dt.timedelta(seconds=TICK_S)
+                if outcome in ("succeeded", "cancelled", "retry") or FIXED_SCHEDULE_CHAIN:
+                    s.next_at += dt.timedelta(seconds=s.step)
                     self.occurrence(s)
+
+    def occurrence_retried(self, kk) -> None:
+        """A fail below max_attempts: the occurrence stays (retried under its own key) and is no
+        longer the pending one; the next is pushed now."""
+        self.occurrence_ended(kk, "retry")
 
     @rule(key=st.sampled_from(SCHEDULE_KEYS), kind=st.sampled_from(SCHEDULE_KINDS), cron=st.booleans())
     @covers("queue_schedule_every", "queue_schedule_cron")
@@ -73,25 +104,23 @@ class ScheduleRules:
         the pending occurrence gone, it pushes the next one (a repair)."""
         if not SCHEDULES_IN_SUITE:
             return
-        now = time.time()
-        left = -now % TICK_S
-        if left < SAFE_S or left > TICK_S - SAFE_S:
-            return  # too near the grid's step for the model's clock (see the module's text)
+        expr, every, _ = self.grids()
+        cron = cron or every is None
         q = self.q("admin")
         payload = {"n": -1 - SCHEDULE_KEYS.index(key)}
         if cron:
-            at = q.schedule_cron(key, kind, payload, "*/20 * * * *")
+            at = q.schedule_cron(key, kind, payload, expr)
         else:
-            at = q.schedule_every(key, kind, payload, dt.timedelta(seconds=TICK_S))
+            at = q.schedule_every(key, kind, payload, dt.timedelta(seconds=every))
         old = self.schedules.get((key, kind))
         if old is not None and old.cron == cron and old.pending in self.msgs:
             assert abs((at - old.next_at).total_seconds()) < 1, ("schedule again, unchanged", at, old.next_at)
             return
-        want = dt.datetime.fromtimestamp(now + left, dt.timezone.utc)
+        want = self.first_at(cron)
         assert abs((at - want).total_seconds()) < 1, (at, want)
-        if old is not None and old.pending in self.msgs and self.state(self.msgs[old.pending]) != "reserved":
-            self.leave(old.pending)
-        s = Schedule(key, kind, payload["n"], at, None, cron)
+        if old is not None and old.pending in self.msgs and self.msgs[old.pending].token is None:
+            self.leave(old.pending)  # an expired reservation not yet taken over is kept, as a held one
+        s = Schedule(key, kind, payload["n"], at, None, cron, TICK_S if cron else every)
         self.schedules[(key, kind)] = s
         self.occurrence(s)
 
@@ -102,7 +131,7 @@ class ScheduleRules:
         once more and pushes nothing)."""
         s = self.schedules.pop((key, kind), None)
         assert self.q("admin").unschedule(key, kind) == (s is not None)
-        if s is not None and s.pending in self.msgs and self.state(self.msgs[s.pending]) != "reserved":
+        if s is not None and s.pending in self.msgs and self.msgs[s.pending].token is None:
             self.leave(s.pending)
 
     @rule(
@@ -156,6 +185,7 @@ class ScheduleRules:
                 else:
                     assert outcome == "retry"
                     m.due, m.token = self.t, None
+                    self.occurrence_retried(m.kk)
 
     @rule(j=st.integers(0, 50))
     @covers("queue_push_after")
@@ -184,8 +214,4 @@ class ScheduleRules:
 # cancel pushes the next; a pop, dead letter, removal or move ends it); True: whatever ends an
 # occurrence pushes the next.
 FIXED_SCHEDULE_CHAIN = True
-# Off: the model's occurrences disagree with the routines' since schedules go on after a failed,
-# retried or repeated occurrence (its retry pushes the next occurrence at once; schedule called again
-# with the same definition keeps a live one), in ways that depend on the minute the example runs:
-# the rules must learn that before they run in the suite (docs/reliability.md).
-SCHEDULES_IN_SUITE = False
+SCHEDULES_IN_SUITE = True

@@ -13,6 +13,7 @@ from pyqueue_sql.errors import InvalidArgumentError
 from .base import (
     CONNECTIONS,
     MAX_ATTEMPTS,
+    Msg,
     consumers,
     handle_index,
     keys,
@@ -25,6 +26,29 @@ from .coverage import covers
 
 
 class SettleRules:
+    @rule(snooze_first=st.booleans(), j=st.integers(0, 3))
+    @covers("queue_fail", "queue_snooze")
+    def fail_until_dead(self, snooze_first, j):
+        """One message of its own kind (x) reserved and failed until it is dead-lettered: the fail
+        of its max_attempts-th delivery dead-letters it (a snooze in between uses no attempt)."""
+        kk = (f"x{j}", "x")
+        if kk in self.msgs or self.paused:
+            return
+        pid = next(self.pids)
+        assert self.q("P").push(*kk, {"n": pid})
+        self.add(Msg(*kk, pid, 0, 0, self.t, None, None, False, self.t))
+        for step in range(2 * MAX_ATTEMPTS + 1):
+            if kk not in self.msgs:
+                return
+            self.reserve("A", 1, 1.5, ("x",))
+            if self.msgs[kk].token is None:
+                return
+            if snooze_first and step == 0:
+                self.snooze("A", 0, 0)
+            else:
+                self.fail("A", 0, 0, False)
+        raise AssertionError(("never dead-lettered", self.msgs.get(kk)))
+
     @rule(conn=consumers, i=handle_index, delay=rollback_delays)
     @covers("queue_snooze")
     def snooze(self, conn, i, delay):
@@ -57,6 +81,7 @@ class SettleRules:
         else:
             assert got == "retry", got
             m.due, m.token = self.t + delay, None
+            self.occurrence_retried(m.kk)
 
     @rule(worker=st.sampled_from((None, "nobody")))
     @covers("queue_release")
