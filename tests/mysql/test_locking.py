@@ -250,6 +250,37 @@ def test_lowering_a_limit_never_lets_more_than_the_new_capacity_out(sql):
     assert sql("CALL queue_limits(%s)", queue) == [(queue, "bulk", 3, 2)]
 
 
+def test_a_reserve_of_kinds_without_a_limit_waits_for_no_limit_lock(dsn, sql):
+    """A reserve of kinds that have no limit, on a queue where another kind has one, goes the
+    way of a queue without limits: with a 1 s lock wait timeout it reserves while another session
+    holds the queue's limit and slot rows (as a queue_set_limit under way does); a reserve that
+    takes the limited kind waits for them."""
+    queue = unique("nolimitlock")
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", queue)
+    sql("CALL queue_set_limit(%s, 'lim', 2)", queue)
+    sql("CALL queue_push(%s, 'l0', 'lim', '{}', NULL, NULL)", queue)
+    sql("CALL queue_push(%s, 'f0', 'free', '{}', NULL, NULL)", queue)
+    holder = connect(dsn)
+    reserver = connect(dsn)
+    try:
+        call(holder, "START TRANSACTION")
+        call(holder, "SELECT COUNT(*) FROM pyqueue_limit WHERE queue_name = %s FOR UPDATE", queue)
+        call(holder, "SELECT COUNT(*) FROM pyqueue_limit_slot WHERE queue_name = %s FOR UPDATE", queue)
+        call(reserver, "SET SESSION innodb_lock_wait_timeout = 1")
+        started = time.monotonic()
+        got = call(reserver, "CALL queue_reserve(%s, 'w', NULL, 5, %s)", queue, json.dumps(["free", "other"]))
+        assert [row[0] for row in got] == ["f0"]
+        assert time.monotonic() - started < 0.9
+        with pytest.raises(pymysql.MySQLError) as waited:
+            call(reserver, "CALL queue_reserve(%s, 'w', NULL, 1, %s)", queue, json.dumps(["lim"]))
+        assert waited.value.args[0] == 1205  # lock wait timeout: the limited kind's reserve waits
+        call(holder, "ROLLBACK")
+    finally:
+        holder.close()
+        reserver.close()
+    sql("CALL queue_drop(%s)", queue)
+
+
 @pytest.mark.parametrize("table_rows", [20, 3000])
 def test_claims_held_in_an_open_transaction_make_nobody_wait(dsn, sql, table_rows):
     """A reserve and a pop inside a transaction hold only the rows they claimed: with a

@@ -701,6 +701,268 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__limited_give_back: pyqueue__reserve_limited's claims in_claimed (JSON array of [id, token, scheduled_at,
+-- old token, old reserved_by, attempts as claimed]) go back as they were (a pop's attempts unchanged), with their
+-- limit slots when in_limits. For a failing call outside a transaction of its own. Locks: those rows, for one
+-- statement each.
+DROP PROCEDURE IF EXISTS pyqueue__limited_give_back //
+CREATE PROCEDURE pyqueue__limited_give_back(
+    IN in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_claimed LONGTEXT CHARACTER SET utf8mb4,
+    IN in_pop     BOOLEAN,
+    IN in_limits  INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_i INT DEFAULT 0;
+    DECLARE v_c LONGTEXT CHARACTER SET utf8mb4;
+    WHILE v_i < JSON_LENGTH(in_claimed) DO
+        SET v_c = JSON_EXTRACT(in_claimed, CONCAT('$[', v_i, ']'));
+        UPDATE pyqueue_message
+           SET scheduled_at = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[2]')) AS DATETIME(6)),
+               attempts = attempts - IF(in_pop, 0, 1),
+               reserve_token = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[3]')) = 'NULL', NULL,
+                                  JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[3]'))),
+               reserved_by = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[4]')) = 'NULL', NULL,
+                                JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[4]')))
+         WHERE id = JSON_EXTRACT(v_c, '$[0]') AND reserve_token = JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[1]'));
+        IF in_limits THEN
+            UPDATE pyqueue_limit_slot
+               SET msg_id = NULL, msg_attempts = NULL, msg_until = NULL
+             WHERE queue_name = in_queue AND msg_id = JSON_EXTRACT(v_c, '$[0]')
+               AND msg_attempts = JSON_EXTRACT(v_c, '$[5]');
+        END IF;
+        SET v_i = v_i + 1;
+    END WHILE;
+END //
+
+-- pyqueue__limited_admit: may pyqueue__reserve_limited claim candidate in_id (of kind in_kind, seen with in_attempts)?
+-- out_ok = 1 when it may. Rates (in_nrates > 0; in_rates [[kind, per_us], ...], in_qper the queue-wide per): a free
+-- unit of its kind's rate, then of the queue-wide one (pyqueue__rate_pick; out_kslot, out_qslot: the units, NOT
+-- written); a kind without a free unit joins io_full, a used-up queue-wide rate sets io_left = 0 (the end). Limits
+-- (in_limits): in the call's own transaction (in_txn = 1) or a serial call, at the first candidate of a kind with a
+-- limit (io_locked FALSE), a plain read of that kind's slots: none free, the kind joins io_full without waiting for a
+-- lock; else the slot rows of ALL the queue's kinds, FOR UPDATE in one statement in primary key order (io_locked);
+-- then a slot for the delivery (pyqueue__limit_claim). A kind without a limit takes no slot and waits for no take:
+-- pyqueue__limited_candidate calls this step for it only on a queue with rates.
+-- Locks: the rate units (SKIP LOCKED) and slot rows taken, until the transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__limited_admit //
+CREATE PROCEDURE pyqueue__limited_admit(
+    IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_id       BIGINT,
+    IN    in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_attempts INT,
+    IN    in_now      DATETIME(6),
+    IN    in_until    DATETIME(6),
+    IN    in_txn      INT,
+    IN    in_serial   BOOLEAN,
+    IN    in_limits   INT,
+    IN    in_nrates   INT,
+    IN    in_rates    LONGTEXT CHARACTER SET utf8mb4,
+    IN    in_qper     BIGINT,
+    INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
+    INOUT io_locked   BOOLEAN,
+    INOUT io_left     INT,
+    OUT   out_ok      INT,
+    OUT   out_kslot   INT,
+    OUT   out_qslot   INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_kper BIGINT;
+    DECLARE v_slots, v_free INT;
+    SET out_ok = 1, out_kslot = NULL, out_qslot = NULL;
+    IF in_nrates > 0 THEN  -- a free unit of the kind's rate, then of the queue-wide one
+        IF JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(in_kind)) THEN
+            SET out_ok = 0;
+        ELSE
+            SELECT MAX(x.per_us) INTO v_kper
+              FROM JSON_TABLE(COALESCE(in_rates, '[]'), '$[*]' COLUMNS (
+                       k      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+                       per_us BIGINT PATH '$[1]')) AS x
+             WHERE x.k = in_kind;
+            IF v_kper IS NOT NULL THEN
+                CALL pyqueue__rate_pick(in_queue, in_kind, v_kper, in_now, out_kslot);
+                IF out_kslot IS NULL THEN
+                    SET out_ok = 0, io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', in_kind);
+                END IF;
+            END IF;
+            IF out_ok = 1 AND in_qper IS NOT NULL THEN
+                CALL pyqueue__rate_pick(in_queue, '', in_qper, in_now, out_qslot);
+                IF out_qslot IS NULL THEN
+                    SET out_ok = 0, io_left = 0;  -- the queue-wide rate is used up: the end
+                END IF;
+            END IF;
+        END IF;
+    END IF;
+    IF in_limits AND out_ok = 1 THEN  -- a slot first, for a kind with a limit
+        IF (in_txn = 1 OR in_serial) AND NOT io_locked
+           AND NOT JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(in_kind))
+           AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                        WHERE l.queue_name = in_queue AND l.p_kind = in_kind) THEN
+            SET v_free = 1;
+            IF in_txn = 1 THEN  -- (a SELECT: a consistent read; in an IF, a locking one)
+                SELECT COUNT(*) INTO v_free
+                  FROM (SELECT 1 FROM pyqueue_limit_slot s
+                          JOIN pyqueue_limit l ON l.queue_name = s.queue_name AND l.p_kind = s.p_kind
+                         WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+                           AND s.slot_no <= l.capacity
+                           AND (s.msg_id IS NULL
+                                OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                                WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                                  AND ((m.attempts = s.msg_attempts AND m.reserve_token IS NOT NULL
+                                                        AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
+                                                       OR (m.attempts = s.msg_attempts - 1
+                                                           AND s.msg_until > in_now))))
+                         LIMIT 1) f;
+            END IF;
+            IF v_free = 0 THEN
+                -- every slot busy as last committed (pyqueue__limit_take's test, a plain read): the kind is full for
+                -- this call, without waiting for the slot locks (a slot freed meanwhile is missed: too few
+                -- hand-outs, never too many)
+                SET out_ok = 0, io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', in_kind);
+            ELSE
+                -- the slot rows of ALL the queue's kinds, in one statement in primary key order, until the commit
+                -- (see pyqueue__reserve_limited), at the first candidate of a kind with a limit: one of a kind
+                -- without takes no slot and waits for no take
+                SELECT COUNT(*) INTO v_slots
+                  FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
+                 WHERE s.queue_name = in_queue
+                   FOR UPDATE;
+                SET io_locked = TRUE;
+            END IF;
+        END IF;
+        IF out_ok = 1 THEN
+            CALL pyqueue__limit_claim(in_queue, in_id, in_attempts, in_until, in_now, io_full, out_ok);
+        END IF;
+    END IF;
+END //
+
+-- pyqueue__limited_candidate: one candidate (in_id, of kind in_kind) of pyqueue__reserve_limited's walk: its row read
+-- FOR UPDATE SKIP LOCKED (gone, moved, no longer ready or locked: skipped); past its expiry or at max_attempts (not
+-- a pop), claimed and ended or dead-lettered (pyqueue__end_claim); else admitted (pyqueue__limited_admit, on a queue
+-- with rates or limits) and claimed by one UPDATE by id re-checking what was seen (a fresh token, scheduled_at =
+-- in_until, attempts + 1; a pop: pyqueue__claim's token derived from in_secret, attempts and worker unchanged, and at
+-- most io_budget bytes of result, at least one row), its rate units then written with in_now. A claim is appended to
+-- io_claimed ([id, token, then what the claim changed]; a pop's to io_popped too, in pyqueue__claim's format) and
+-- counted down in io_left (and up in io_count for a pop). Locks: the candidate row, the rate units and slot rows.
+DROP PROCEDURE IF EXISTS pyqueue__limited_candidate //
+CREATE PROCEDURE pyqueue__limited_candidate(
+    IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_dlq      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_worker   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_secret   CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_id       BIGINT,
+    IN    in_kind     VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_priority INT,
+    IN    in_max      INT,
+    IN    in_now      DATETIME(6),
+    IN    in_until    DATETIME(6),
+    IN    in_clock    VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_txn      INT,
+    IN    in_serial   BOOLEAN,
+    IN    in_limits   INT,
+    IN    in_nrates   INT,
+    IN    in_rates    LONGTEXT CHARACTER SET utf8mb4,
+    IN    in_qper     BIGINT,
+    INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
+    INOUT io_locked   BOOLEAN,
+    INOUT io_left     INT,
+    INOUT io_budget   BIGINT,
+    INOUT io_count    INT,
+    INOUT io_claimed  LONGTEXT CHARACTER SET utf8mb4,
+    INOUT io_popped   LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_found, v_attempts, v_dead INT;
+    DECLARE v_ok INT DEFAULT 1;
+    DECLARE v_kslot, v_qslot INT;
+    DECLARE v_seen_at DATETIME(6);
+    DECLARE v_seen_token, v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_seen_by VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_size BIGINT;
+    DECLARE v_exp BOOLEAN;
+    DECLARE v_pop BOOLEAN DEFAULT in_secret IS NOT NULL;
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
+        SET v_found = 1;
+        -- queue_name again: queue_move may have moved the row meanwhile
+        SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by,
+               IF(v_pop, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind)
+                              + COALESCE(LENGTH(m.headers), 0)) + 256, 0),
+               COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= in_clock, FALSE)
+          INTO v_attempts, v_seen_token, v_seen_at, v_seen_by, v_size, v_exp
+          FROM pyqueue_message m
+         WHERE m.id = in_id AND m.queue_name = in_queue AND m.scheduled_at <= in_now
+           FOR UPDATE SKIP LOCKED;
+    END;
+    IF v_found = 1 AND v_pop AND io_count > 0 AND v_size > io_budget THEN
+        SET v_found = 0, io_left = 0;  -- the result is full
+    END IF;
+    IF v_found = 1 THEN
+        IF v_pop THEN
+            SET v_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(in_secret, in_id), 256), 32), 13, 1, '4'),
+                17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(in_secret, in_id), 256), 17, 1), 16, 10) + 1, 1)),
+                9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
+        ELSE
+            CALL pyqueue__random_token(v_token);
+        END IF;
+        IF v_exp OR (v_attempts >= in_max AND NOT v_pop) THEN
+            -- past its expiry, or its last allowed reservation expired: claim it to end or dead-letter (attempts
+            -- unchanged; a pop's claim under a token of its own)
+            IF v_pop THEN CALL pyqueue__random_token(v_token); END IF;
+            UPDATE pyqueue_message FORCE INDEX (PRIMARY)
+               SET scheduled_at = in_until, reserve_token = v_token,
+                   last_error = COALESCE(last_error, 'reservation expired on its last allowed delivery')
+             WHERE id = in_id AND queue_name = in_queue AND scheduled_at <= in_now
+               AND attempts = v_attempts AND reserve_token <=> v_seen_token;
+            IF ROW_COUNT() = 1 THEN
+                CALL pyqueue__end_claim(in_queue, in_dlq, in_id, v_token, in_now, TRUE, v_dead);
+                IF v_dead = -1 THEN  -- its group row was busy: left as it was
+                    CALL pyqueue__unclaim(in_id, v_token, v_seen_at, v_seen_token);
+                END IF;
+            END IF;
+        ELSE
+            IF in_nrates > 0
+               OR (in_limits AND EXISTS (SELECT 1 FROM pyqueue_limit l
+                                          WHERE l.queue_name = in_queue AND l.p_kind = in_kind)) THEN
+                CALL pyqueue__limited_admit(in_queue, in_id, in_kind, v_attempts, in_now, in_until, in_txn, in_serial,
+                                            in_limits, in_nrates, in_rates, in_qper, io_full, io_locked, io_left,
+                                            v_ok, v_kslot, v_qslot);
+            END IF;
+            UPDATE pyqueue_message FORCE INDEX (PRIMARY)
+               SET scheduled_at = in_until,
+                   attempts = attempts + IF(v_pop, 0, 1),
+                   reserved_by = IF(v_pop, reserved_by, in_worker),
+                   reserve_token = v_token
+             WHERE id = in_id AND queue_name = in_queue AND scheduled_at <= in_now
+               AND attempts = v_attempts AND reserve_token <=> v_seen_token
+               AND v_ok = 1;
+            IF ROW_COUNT() = 1 THEN
+                -- the rate units taken, written once, with the reservation's time
+                IF v_kslot IS NOT NULL THEN
+                    UPDATE pyqueue_rate_slot SET used_at = in_now
+                     WHERE queue_name = in_queue AND p_kind = in_kind AND slot_no = v_kslot;
+                END IF;
+                IF v_qslot IS NOT NULL THEN
+                    UPDATE pyqueue_rate_slot SET used_at = in_now
+                     WHERE queue_name = in_queue AND p_kind = '' AND slot_no = v_qslot;
+                END IF;
+                IF v_pop THEN  -- as pyqueue__claim's candidates: [id, attempts, at, token, by, 0, priority]
+                    SET io_popped = CONCAT(io_popped, IF(io_popped = '', '', ','),
+                                           JSON_ARRAY(in_id, v_attempts, DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
+                                                      v_seen_token, v_seen_by, 0, in_priority)),
+                        io_budget = io_budget - v_size, io_count = io_count + 1;
+                END IF;
+                -- id, token, then what the claim changed (to give it back)
+                SET io_claimed = JSON_ARRAY_APPEND(io_claimed, '$',
+                    JSON_ARRAY(in_id, v_token, DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
+                               v_seen_token, v_seen_by, v_attempts + 1));
+                SET io_left = io_left - 1;
+            END IF;
+        END IF;
+    END IF;
+END //
+
 -- pyqueue__reserve_limited: queue_reserve on a queue with limits, one candidate at a time: per priority, a plain read
 -- of ready ids in FIFO pages, then per candidate a SELECT ... FOR UPDATE SKIP LOCKED by id, a slot for a limited kind
 -- (pyqueue__limit_claim), and an UPDATE by id re-checking what was seen (a fresh token, scheduled_at = now + timeout,
@@ -735,6 +997,8 @@ END //
 -- rate units taken, until the call ends; otherwise each candidate row for one statement (or until the caller's
 -- transaction ends), the slot rows as pyqueue__limit_take and the rate units until the transaction ends. Emits the
 -- result set (a reserve).
+-- Steps: this walk and its transaction; each candidate pyqueue__limited_candidate (its rates and limit slot:
+-- pyqueue__limited_admit); a failure's give-back pyqueue__limited_give_back.
 DROP PROCEDURE IF EXISTS pyqueue__reserve_limited //
 CREATE PROCEDURE pyqueue__reserve_limited(
     IN    in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -751,300 +1015,134 @@ CREATE PROCEDURE pyqueue__reserve_limited(
     OUT   out_count  INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_queue, v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_vis DECIMAL(20,6);
-    DECLARE v_max, v_left, v_page, v_got, v_priority, v_found, v_dead, v_attempts, v_retry INT;
-    DECLARE v_paused BOOLEAN;
-    DECLARE v_now, v_until, v_after_at, v_at, v_seen_at DATETIME(6);
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_left, v_page, v_got, v_priority, v_retry INT;
+    DECLARE v_now, v_until, v_after_at, v_at DATETIME(6);
     DECLARE v_after_id, v_id BIGINT;
     DECLARE v_done INT DEFAULT 0;
-    DECLARE v_seen_token, v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_seen_by VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_limits     INT;  -- limits (never for a pop)
+    DECLARE v_limits INT;      -- limits (never for a pop)
     DECLARE v_locked BOOLEAN;  -- the own transaction locked the queue's slot rows
-    DECLARE v_ok INT DEFAULT 1;
-    DECLARE v_full LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_full LONGTEXT CHARACTER SET utf8mb4;  -- the kinds full (or out of rate units) for this call
     DECLARE v_own, v_txn, v_tries INT DEFAULT 0;
-    DECLARE v_slots, v_free INT;
     DECLARE v_pop BOOLEAN DEFAULT in_secret IS NOT NULL;
     DECLARE v_rates LONGTEXT CHARACTER SET utf8mb4;  -- [[kind, per_us], ...] of the kind rates
-    DECLARE v_qper, v_kper, v_budget, v_size BIGINT; -- the queue-wide rate's per; the candidate kind's; pop's budget
+    DECLARE v_qper, v_budget BIGINT;                 -- the queue-wide rate's per; pop's budget
     DECLARE v_nrates INT DEFAULT 0;
-    DECLARE v_kslot, v_qslot INT;
     DECLARE v_popped LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_exp BOOLEAN;
     DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     -- An error after claims: give them back as they were (in the call's own transaction: roll it back), then fail.
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
-        DECLARE v_i INT DEFAULT 0;
-        DECLARE v_c LONGTEXT CHARACTER SET utf8mb4;
         IF v_txn = 1 THEN ROLLBACK; SET v_claimed = '[]'; END IF;
-        WHILE v_i < JSON_LENGTH(v_claimed) DO
-            SET v_c = JSON_EXTRACT(v_claimed, CONCAT('$[', v_i, ']'));
-            UPDATE pyqueue_message
-               SET scheduled_at = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[2]')) AS DATETIME(6)),
-                   attempts = attempts - IF(v_pop, 0, 1),
-                   reserve_token = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[3]')) = 'NULL', NULL,
-                                      JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[3]'))),
-                   reserved_by = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[4]')) = 'NULL', NULL,
-                                    JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[4]')))
-             WHERE id = JSON_EXTRACT(v_c, '$[0]') AND reserve_token = JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[1]'));
-            IF v_limits THEN
-                UPDATE pyqueue_limit_slot
-                   SET msg_id = NULL, msg_attempts = NULL, msg_until = NULL
-                 WHERE queue_name = v_queue AND msg_id = JSON_EXTRACT(v_c, '$[0]')
-                   AND msg_attempts = JSON_EXTRACT(v_c, '$[5]');
-            END IF;
-            SET v_i = v_i + 1;
-        END WHILE;
+        CALL pyqueue__limited_give_back(v_queue, v_claimed, v_pop, v_limits);
         RESIGNAL;
     END;
 
-    SET v_queue = in_queue, v_vis = in_vis, v_max = in_max, v_dlq = in_dlq, v_paused = FALSE,
-        v_kinds = in_kinds, out_count = 0;
-
-    IF NOT v_paused THEN
-        CALL pyqueue__own_transaction(FALSE, v_own);
-        SET v_now = UTC_TIMESTAMP(6);
-        SET v_clock = DATE_FORMAT(v_now, '%Y-%m-%dT%H:%i:%s.%fZ');
-        SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, v_vis) * 1000000 AS SIGNED) MICROSECOND;
-        SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) AND NOT v_pop INTO v_limits;
-        REPEAT
-          SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '[]', v_full = NULL, v_locked = FALSE,
-              v_left = COALESCE(in_n, 1), v_popped = '', out_count = 0,
-              v_budget = @@max_allowed_packet - 4096;
-          BEGIN
-            DECLARE c_ready CURSOR FOR
-                SELECT m.id, m.scheduled_at, m.p_kind
-                  FROM pyqueue_message m
-                 WHERE m.queue_name = v_queue
-                   AND m.priority = v_priority
-                   AND m.scheduled_at <= v_now
-                   AND (v_after_id IS NULL
-                        OR m.scheduled_at > v_after_at
-                        OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
-                   AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
-                   AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- full kinds
-                 ORDER BY m.scheduled_at, m.id
-                 LIMIT v_page;
-            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-            -- in the call's own transaction: rolled back whole (by the server already, on a deadlock) and run again
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0, v_claimed = '[]'; END IF;
-                IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-            END;
-            IF v_own = 1 THEN
-                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-                START TRANSACTION;
-                SET v_txn = 1;
-            END IF;
-            IF v_txn = 1 OR in_serial THEN
-                -- the limit rows first (shared), before any message row: queue_drop and queue_set_limit lock them
-                SELECT COUNT(*) > 0 AND NOT v_pop INTO v_limits
-                  FROM pyqueue_limit l WHERE l.queue_name = v_queue LOCK IN SHARE MODE;
-                SELECT COUNT(*), MAX(IF(r.p_kind = '', r.per_us, NULL)),
-                       JSON_ARRAYAGG(IF(r.p_kind = '', NULL, JSON_ARRAY(r.p_kind, r.per_us)))
-                  INTO v_nrates, v_qper, v_rates
-                  FROM pyqueue_rate r WHERE r.queue_name = v_queue LOCK IN SHARE MODE;
-            ELSE
-                SELECT COUNT(*), MAX(IF(r.p_kind = '', r.per_us, NULL)),
-                       JSON_ARRAYAGG(IF(r.p_kind = '', NULL, JSON_ARRAY(r.p_kind, r.per_us)))
-                  INTO v_nrates, v_qper, v_rates
-                  FROM pyqueue_rate r WHERE r.queue_name = v_queue;
-            END IF;
-            -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index,
-            -- where claims insert and commits leave deleted entries until purge, so a queue with nothing above
-            -- priority 0 starts at 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when
-            -- nothing lies below)
-            SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                               WHERE m.queue_name = v_queue AND m.priority > 0),
-                      (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue), 0)
-              INTO v_priority;
-            priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
-                SET v_after_at = NULL, v_after_id = NULL;
-                REPEAT
-                    SET v_page = LEAST(v_left, 1000) + 16, v_got = 0;
-                    OPEN c_ready;
-                    candidates: LOOP
-                        SET v_done = 0;
-                        FETCH c_ready INTO v_id, v_at, v_kind;
-                        IF v_done = 1 THEN LEAVE candidates; END IF;
-                        SET v_got = v_got + 1, v_after_at = v_at, v_after_id = v_id;
-                        BEGIN
-                            DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = 0;
-                            SET v_found = 1;
-                            -- queue_name again: queue_move may have moved the row meanwhile
-                            SELECT m.attempts, m.reserve_token, m.scheduled_at, m.reserved_by,
-                                   IF(v_pop, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind)
-                                                  + COALESCE(LENGTH(m.headers), 0)) + 256, 0),
-                                   COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
-                                    AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE)
-                              INTO v_attempts, v_seen_token, v_seen_at, v_seen_by, v_size, v_exp
-                              FROM pyqueue_message m
-                             WHERE m.id = v_id AND m.queue_name = v_queue AND m.scheduled_at <= v_now
-                               FOR UPDATE SKIP LOCKED;
-                        END;
-                        IF v_found = 1 AND v_pop AND out_count > 0 AND v_size > v_budget THEN
-                            SET v_found = 0, v_left = 0;  -- the result is full
-                        END IF;
-                        IF v_found = 1 THEN
-                            IF v_pop THEN
-                                SET v_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(in_secret, v_id), 256), 32), 13, 1, '4'),
-                                    17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(in_secret, v_id), 256), 17, 1), 16, 10) + 1, 1)),
-                                    9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
-                            ELSE
-                                CALL pyqueue__random_token(v_token);
-                            END IF;
-                            IF v_exp OR (v_attempts >= v_max AND NOT v_pop) THEN
-                                -- past its expiry, or its last allowed reservation expired: claim it to end or
-                                -- dead-letter (attempts unchanged; a pop's claim under a token of its own)
-                                IF v_pop THEN CALL pyqueue__random_token(v_token); END IF;
-                                UPDATE pyqueue_message FORCE INDEX (PRIMARY)
-                                   SET scheduled_at = v_until, reserve_token = v_token,
-                                       last_error = COALESCE(last_error,
-                                                             'reservation expired on its last allowed delivery')
-                                 WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
-                                   AND attempts = v_attempts AND reserve_token <=> v_seen_token;
-                                IF ROW_COUNT() = 1 THEN
-                                    CALL pyqueue__end_claim(in_queue, v_dlq, v_id, v_token, v_now, TRUE, v_dead);
-                                    IF v_dead = -1 THEN  -- its group row was busy: left as it was
-                                        CALL pyqueue__unclaim(v_id, v_token, v_seen_at, v_seen_token);
-                                    END IF;
-                                END IF;
-                            ELSE
-                                SET v_ok = 1, v_kslot = NULL, v_qslot = NULL;
-                                IF v_nrates > 0 THEN  -- a free unit of the kind's rate, then of the queue-wide one
-                                    IF JSON_CONTAINS(COALESCE(v_full, '[]'), JSON_QUOTE(v_kind)) THEN
-                                        SET v_ok = 0;
-                                    ELSE
-                                        SELECT MAX(x.per_us) INTO v_kper
-                                          FROM JSON_TABLE(COALESCE(v_rates, '[]'), '$[*]' COLUMNS (
-                                                   k      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                                                   per_us BIGINT PATH '$[1]')) AS x
-                                         WHERE x.k = v_kind;
-                                        IF v_kper IS NOT NULL THEN
-                                            CALL pyqueue__rate_pick(v_queue, v_kind, v_kper, v_now, v_kslot);
-                                            IF v_kslot IS NULL THEN
-                                                SET v_ok = 0, v_full = JSON_ARRAY_APPEND(COALESCE(v_full, '[]'), '$', v_kind);
-                                            END IF;
-                                        END IF;
-                                        IF v_ok = 1 AND v_qper IS NOT NULL THEN
-                                            CALL pyqueue__rate_pick(v_queue, '', v_qper, v_now, v_qslot);
-                                            IF v_qslot IS NULL THEN
-                                                SET v_ok = 0, v_left = 0;  -- the queue-wide rate is used up: the end
-                                            END IF;
-                                        END IF;
-                                    END IF;
-                                END IF;
-                                IF v_limits AND v_ok = 1 THEN  -- a slot first, for a kind with a limit
-                                    IF (v_txn = 1 OR in_serial) AND NOT v_locked
-                                       AND NOT JSON_CONTAINS(COALESCE(v_full, '[]'), JSON_QUOTE(v_kind))
-                                       AND EXISTS (SELECT 1 FROM pyqueue_limit l
-                                                    WHERE l.queue_name = v_queue AND l.p_kind = v_kind) THEN
-                                        SET v_free = 1;
-                                        IF v_txn = 1 THEN  -- (a SELECT: a consistent read; in an IF, a locking one)
-                                            SELECT COUNT(*) INTO v_free
-                                              FROM (SELECT 1 FROM pyqueue_limit_slot s
-                                                      JOIN pyqueue_limit l ON l.queue_name = s.queue_name AND l.p_kind = s.p_kind
-                                                     WHERE s.queue_name = v_queue AND s.p_kind = v_kind
-                                                       AND s.slot_no <= l.capacity
-                                                       AND (s.msg_id IS NULL
-                                                            OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                                                                            WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
-                                                                              AND ((m.attempts = s.msg_attempts AND m.reserve_token IS NOT NULL
-                                                                                    AND GREATEST(m.scheduled_at, s.msg_until) > v_now)
-                                                                                   OR (m.attempts = s.msg_attempts - 1
-                                                                                       AND s.msg_until > v_now))))
-                                                     LIMIT 1) f;
-                                        END IF;
-                                        IF v_free = 0 THEN
-                                            -- every slot busy as last committed (pyqueue__limit_take's test, a plain
-                                            -- read): the kind is full for this call, without waiting for the slot
-                                            -- locks (a slot freed meanwhile is missed: too few hand-outs, never too many)
-                                            SET v_ok = 0, v_full = JSON_ARRAY_APPEND(COALESCE(v_full, '[]'), '$', v_kind);
-                                        ELSE
-                                            -- the slot rows of ALL the queue's kinds, in one statement in primary key
-                                            -- order, until the commit (see above), at the first candidate of a kind
-                                            -- with a limit: one of a kind without takes no slot and waits for no take
-                                            SELECT COUNT(*) INTO v_slots
-                                              FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
-                                             WHERE s.queue_name = v_queue
-                                               FOR UPDATE;
-                                            SET v_locked = TRUE;
-                                        END IF;
-                                    END IF;
-                                    IF v_ok = 1 THEN
-                                        CALL pyqueue__limit_claim(v_queue, v_id, v_attempts, v_until, v_now, v_full, v_ok);
-                                    END IF;
-                                END IF;
-                                UPDATE pyqueue_message FORCE INDEX (PRIMARY)
-                                   SET scheduled_at = v_until,
-                                       attempts = attempts + IF(v_pop, 0, 1),
-                                       reserved_by = IF(v_pop, reserved_by, in_worker),
-                                       reserve_token = v_token
-                                 WHERE id = v_id AND queue_name = v_queue AND scheduled_at <= v_now
-                                   AND attempts = v_attempts AND reserve_token <=> v_seen_token
-                                   AND v_ok = 1;
-                                IF ROW_COUNT() = 1 THEN
-                                    -- the rate units taken, written once, with the reservation's time
-                                    IF v_kslot IS NOT NULL THEN
-                                        UPDATE pyqueue_rate_slot SET used_at = v_now
-                                         WHERE queue_name = v_queue AND p_kind = v_kind AND slot_no = v_kslot;
-                                    END IF;
-                                    IF v_qslot IS NOT NULL THEN
-                                        UPDATE pyqueue_rate_slot SET used_at = v_now
-                                         WHERE queue_name = v_queue AND p_kind = '' AND slot_no = v_qslot;
-                                    END IF;
-                                    IF v_pop THEN  -- as pyqueue__claim's candidates: [id, attempts, at, token, by, 0, priority]
-                                        SET v_popped = CONCAT(v_popped, IF(v_popped = '', '', ','),
-                                                              JSON_ARRAY(v_id, v_attempts,
-                                                                         DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
-                                                                         v_seen_token, v_seen_by, 0, v_priority)),
-                                            v_budget = v_budget - v_size, out_count = out_count + 1;
-                                    END IF;
-                                    -- id, token, then what the claim changed (to give it back)
-                                    SET v_claimed = JSON_ARRAY_APPEND(v_claimed, '$',
-                                        JSON_ARRAY(v_id, v_token,
-                                                   DATE_FORMAT(v_seen_at, '%Y-%m-%d %H:%i:%s.%f'),
-                                                   v_seen_token, v_seen_by, v_attempts + 1));
-                                    SET v_left = v_left - 1;
-                                END IF;
-                            END IF;
-                        END IF;
-                        IF v_left <= 0 THEN LEAVE candidates; END IF;
-                    END LOOP;
-                    CLOSE c_ready;
-                UNTIL v_left <= 0 OR v_got < v_page END REPEAT;
+    SET v_queue = in_queue, v_kinds = in_kinds, out_count = 0;
+    CALL pyqueue__own_transaction(FALSE, v_own);
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_clock = DATE_FORMAT(v_now, '%Y-%m-%dT%H:%i:%s.%fZ');
+    SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND;
+    SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) AND NOT v_pop INTO v_limits;
+    REPEAT
+      SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '[]', v_full = NULL, v_locked = FALSE,
+          v_left = COALESCE(in_n, 1), v_popped = '', out_count = 0,
+          v_budget = @@max_allowed_packet - 4096;
+      BEGIN
+        DECLARE c_ready CURSOR FOR
+            SELECT m.id, m.scheduled_at, m.p_kind
+              FROM pyqueue_message m
+             WHERE m.queue_name = v_queue
+               AND m.priority = v_priority
+               AND m.scheduled_at <= v_now
+               AND (v_after_id IS NULL
+                    OR m.scheduled_at > v_after_at
+                    OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
+               AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
+               AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- full kinds
+             ORDER BY m.scheduled_at, m.id
+             LIMIT v_page;
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+        -- in the call's own transaction: rolled back whole (by the server already, on a deadlock) and run again
+        DECLARE EXIT HANDLER FOR 1213, 1467
+        BEGIN
+            IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0, v_claimed = '[]'; END IF;
+            IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
+        END;
+        IF v_own = 1 THEN
+            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+            START TRANSACTION;
+            SET v_txn = 1;
+        END IF;
+        IF v_txn = 1 OR in_serial THEN
+            -- the limit rows first (shared), before any message row: queue_drop and queue_set_limit lock them
+            SELECT COUNT(*) > 0 AND NOT v_pop INTO v_limits
+              FROM pyqueue_limit l WHERE l.queue_name = v_queue LOCK IN SHARE MODE;
+            SELECT COUNT(*), MAX(IF(r.p_kind = '', r.per_us, NULL)),
+                   JSON_ARRAYAGG(IF(r.p_kind = '', NULL, JSON_ARRAY(r.p_kind, r.per_us)))
+              INTO v_nrates, v_qper, v_rates
+              FROM pyqueue_rate r WHERE r.queue_name = v_queue LOCK IN SHARE MODE;
+        ELSE
+            SELECT COUNT(*), MAX(IF(r.p_kind = '', r.per_us, NULL)),
+                   JSON_ARRAYAGG(IF(r.p_kind = '', NULL, JSON_ARRAY(r.p_kind, r.per_us)))
+              INTO v_nrates, v_qper, v_rates
+              FROM pyqueue_rate r WHERE r.queue_name = v_queue;
+        END IF;
+        -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index,
+        -- where claims insert and commits leave deleted entries until purge, so a queue with nothing above
+        -- priority 0 starts at 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when
+        -- nothing lies below)
+        SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                           WHERE m.queue_name = v_queue AND m.priority > 0),
+                  (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue), 0)
+          INTO v_priority;
+        priorities: WHILE v_priority IS NOT NULL AND v_left > 0 DO
+            SET v_after_at = NULL, v_after_id = NULL;
+            REPEAT
+                SET v_page = LEAST(v_left, 1000) + 16, v_got = 0;
+                OPEN c_ready;
+                candidates: LOOP
+                    SET v_done = 0;
+                    FETCH c_ready INTO v_id, v_at, v_kind;
+                    IF v_done = 1 THEN LEAVE candidates; END IF;
+                    SET v_got = v_got + 1, v_after_at = v_at, v_after_id = v_id;
+                    CALL pyqueue__limited_candidate(v_queue, in_dlq, in_worker, in_secret, v_id, v_kind, v_priority,
+                                                    in_max, v_now, v_until, v_clock, v_txn, in_serial, v_limits,
+                                                    v_nrates, v_rates, v_qper, v_full, v_locked, v_left, v_budget,
+                                                    out_count, v_claimed, v_popped);
+                    IF v_left <= 0 THEN LEAVE candidates; END IF;
+                END LOOP;
+                CLOSE c_ready;
+            UNTIL v_left <= 0 OR v_got < v_page END REPEAT;
+            IF v_left > 0 THEN  -- (else done: no probe for a priority below)
                 SELECT MAX(m.priority) INTO v_priority
                   FROM pyqueue_message m
                  WHERE m.queue_name = v_queue AND m.priority < v_priority;
-            END WHILE;
-            IF v_txn = 1 THEN
-                COMMIT;
-                SET v_txn = 0;
             END IF;
-          END;
-        UNTIL v_retry = 0 END REPEAT;
-    END IF;
+        END WHILE;
+        IF v_txn = 1 THEN
+            COMMIT;
+            SET v_txn = 0;
+        END IF;
+      END;
+    UNTIL v_retry = 0 END REPEAT;
 
     IF v_pop THEN
         SET io_claimed = CONCAT(COALESCE(io_claimed, ''), IF(COALESCE(io_claimed, '') = '' OR v_popped = '', '', ','),
                                 v_popped);
     ELSE
-    SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
-           m.attempts, m.created_at, m.scheduled_at_initially, m.headers
-      FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
-               ord      FOR ORDINALITY,
-               c_id     BIGINT   PATH '$[0]',
-               c_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
-      JOIN pyqueue_message m ON m.id = c.c_id
-     WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
-     ORDER BY c.ord;
+        SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
+               m.attempts, m.created_at, m.scheduled_at_initially, m.headers
+          FROM JSON_TABLE(v_claimed, '$[*]' COLUMNS (
+                   ord      FOR ORDINALITY,
+                   c_id     BIGINT   PATH '$[0]',
+                   c_token  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+          JOIN pyqueue_message m ON m.id = c.c_id
+         WHERE m.reserve_token = c.c_token COLLATE utf8mb4_bin
+         ORDER BY c.ord;
     END IF;
 END //
 
@@ -1279,10 +1377,14 @@ BEGIN
     -- settings, limits and whether any message has a priority above 0: ONE plain read (a subquery of IF would be a
     -- locking read, waiting for a limit being set). (Not MAX(priority): the end of a queue's range in the ready index
     -- is where claims insert and commits leave deleted entries until purge; whether any entry lies above priority 0
-    -- is one probe past that range.)
+    -- is one probe past that range.) Limits and rates of kinds the call does not take do not count: a reserve of
+    -- kinds without either goes the general way, as on a queue without limits, and takes no slot lock.
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
-           EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue)
-           OR EXISTS (SELECT 1 FROM pyqueue_rate r WHERE r.queue_name = v_queue),
+           EXISTS (SELECT 1 FROM pyqueue_limit l
+                    WHERE l.queue_name = v_queue AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(l.p_kind))))
+           OR EXISTS (SELECT 1 FROM pyqueue_rate r
+                       WHERE r.queue_name = v_queue
+                         AND (v_kinds IS NULL OR r.p_kind = '' OR JSON_CONTAINS(v_kinds, JSON_QUOTE(r.p_kind)))),
            EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
                     WHERE m.queue_name = v_queue AND m.priority > 0),
            MAX(q.max_reservation)

@@ -50,43 +50,36 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__commit_batch: queue_commit_batch and queue_commit_result_batch: commits many reservations; in_keys, in_kinds,
--- in_tokens: JSON arrays of strings of one length (element i of each names one); in_results NULL, or a JSON array of
--- the same length (element i: the result of reservation i, any JSON; null: none). out_done = how many were deleted (a
--- token that no longer holds is skipped). Refuses, changing nothing, arrays that are NULL, not of strings, of
--- different lengths, or hold a bad key or kind or a malformed token (naming the first bad element); with in_results,
--- a queue that keeps no results and a result longer than the queue's max_payload. Set-based: each array parsed once
--- by JSON_TABLE; one read locates the rows; schedule occurrences one by one; one DELETE by id re-checks each token.
--- With history or results, the rows still held are locked first, then archived in one INSERT, their outcomes
--- 'succeeded' recorded in one INSERT, and deleted, in a transaction of its own in autocommit mode (run again on a
--- deadlock): a row another call removes meanwhile is never archived nor recorded. FIFO group messages go last, one by
--- one in group_key order (pyqueue__groups_leave).
--- Locks: the deleted rows, for one statement each step (with history or results: until the end of the transaction);
--- schedule rows of occurrences; group rows; result rows.
-DROP PROCEDURE IF EXISTS pyqueue__commit_batch //
-CREATE PROCEDURE pyqueue__commit_batch(
-    IN  in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN  in_keys    LONGTEXT CHARACTER SET utf8mb4,
-    IN  in_kinds   LONGTEXT CHARACTER SET utf8mb4,
-    IN  in_tokens  LONGTEXT CHARACTER SET utf8mb4,
-    IN  in_results LONGTEXT CHARACTER SET utf8mb4,
-    OUT out_done   INT)
+-- pyqueue__commit_batch_args: pyqueue__commit_batch's checks (see there), which lock nothing: out_queue and its
+-- settings (out_history: it keeps history; out_results: results are kept, in_results given or not), out_n the batch's
+-- length; out_one_kind: every element of in_kinds is out_kind; out_occs: how many keys may be a schedule's
+-- occurrence (0: none; else a count that may be high).
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_args //
+CREATE PROCEDURE pyqueue__commit_batch_args(
+    IN  in_queue     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_keys      LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_kinds     LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_tokens    LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_results   LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_n        INT,
+    OUT out_history  BOOLEAN,
+    OUT out_results  BOOLEAN,
+    OUT out_one_kind BOOLEAN,
+    OUT out_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_occs     INT)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_n, v_gdone, v_retry, v_nocc INT;
+    DECLARE v_n INT;
     DECLARE v_history, v_results BOOLEAN;
     DECLARE v_bytes, v_max_payload BIGINT;
-    DECLARE v_bad, v_gcl BIGINT;
-    DECLARE v_ids, v_grouped, v_busy, v_deps LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_found, v_done, v_occs, v_i, v_own, v_tries INT DEFAULT 0;
-    DECLARE v_now DATETIME(6);
+    DECLARE v_bad BIGINT;
+    DECLARE v_occs INT DEFAULT 0;
     DECLARE v_one_kind, v_plain_keys, v_plain_tokens BOOLEAN;
     DECLARE v_kind LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;  -- (any length: read before the check)
     DECLARE v_quoted LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_queue_found INT DEFAULT 0;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
-    SET v_gcl = @@SESSION.group_concat_max_len;
     -- a plainly valid queue name: its settings in one read (pyqueue__queue checks the name and raises for an
     -- unknown queue: the same read, one nested CALL and one statement more)
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
@@ -211,173 +204,269 @@ BEGIN
                        k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
              WHERE k.k LIKE '%@____-__-__T__:__:__Z';
         END IF;
+    END IF;
+    SET out_queue = v_queue, out_n = v_n, out_history = v_history, out_results = v_results,
+        out_one_kind = v_one_kind, out_kind = v_kind, out_occs = v_occs;
+END //
+
+-- pyqueue__commit_batch_plain: pyqueue__commit_batch's step on a queue without history or results, for a batch without
+-- a schedule's occurrences: the rows not in a FIFO group that the arrays name and whose tokens still hold are deleted
+-- (out_done: how many), in one statement, the arrays joined (one array less when in_one_kind: all of kind in_kind).
+-- Locks: the deleted rows, for one statement.
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_plain //
+CREATE PROCEDURE pyqueue__commit_batch_plain(
+    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_keys     LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_kinds    LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_tokens   LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_one_kind BOOLEAN,
+    IN  in_kind     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_done    INT)
+SQL SECURITY INVOKER
+BEGIN
+    -- No history, no results, no schedule: one DELETE joined to the arrays, re-checking each token under its lock
+    IF in_one_kind THEN
+        DELETE m
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                   ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+          STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
+                    ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
+                 LIMIT 18446744073709551615) AS t ON t.ord = k.ord
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+            ON m.queue_name = in_queue AND m.p_key = k.k COLLATE utf8mb4_bin AND m.p_kind = in_kind
+           AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
+           AND m.group_key IS NULL;
+        SET out_done = ROW_COUNT();
+    ELSE
+        DELETE m
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+                   ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+          STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
+                    ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+                 LIMIT 18446744073709551615) AS d ON d.ord = k.ord
+          STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
+                    ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
+                 LIMIT 18446744073709551615) AS t ON t.ord = k.ord
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+            ON m.queue_name = in_queue AND m.p_key = k.k COLLATE utf8mb4_bin
+           AND UNHEX(MD5(m.p_kind)) = d.h
+           AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
+           AND m.group_key IS NULL;
+        SET out_done = ROW_COUNT();
+    END IF;
+END //
+
+-- pyqueue__commit_batch_locate: the rows the arrays name whose tokens still hold, read in one statement: out_ids, those
+-- not in a FIFO group (out_found of them, out_occs of which a schedule's occurrence) as [id, token, is an occurrence,
+-- p_key, p_kind, element number]; out_grouped, the others, as [id, p_key, p_kind, token, group_key, result] (result:
+-- element i of in_results, or NULL). in_gcl: the session's group_concat_max_len, put back. Locks nothing.
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_locate //
+CREATE PROCEDURE pyqueue__commit_batch_locate(
+    IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_keys     LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_kinds    LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_tokens   LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_results  LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_gcl      BIGINT,
+    OUT out_found   INT,
+    OUT out_ids     LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_occs    INT,
+    OUT out_grouped LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    SET SESSION group_concat_max_len = GREATEST(in_gcl, @@max_allowed_packet);
+    -- [id, token, is a schedule's occurrence, p_key, p_kind, element number]; kinds and tokens joined on ord
+    -- through narrow materialised derived tables (a kind as its MD5); grouped ones apart: [id, p_key, p_kind,
+    -- token, group_key, result]
+    SELECT COALESCE(SUM(m.group_key IS NULL), 0),
+           CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL,
+                                       JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z',
+                                                  m.p_key, m.p_kind, k.ord),
+                                       NULL)
+                                    SEPARATOR ','), ']'),
+           SUM(m.group_key IS NULL AND m.p_key LIKE '%@____-__-__T__:__:__Z'),
+           CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
+                                       JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key,
+                                                  IF(in_results IS NULL, NULL,
+                                                     JSON_EXTRACT(in_results, CONCAT('$[', k.ord - 1, ']')))))
+                                    SEPARATOR ','), ']')
+      INTO out_found, out_ids, out_occs, out_grouped
+      FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
+               ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
+      STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
+                ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
+             LIMIT 18446744073709551615) AS d ON d.ord = k.ord
+      STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
+                ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
+             LIMIT 18446744073709551615) AS t ON t.ord = k.ord
+      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
+        ON m.queue_name = in_queue AND m.p_key = k.k COLLATE utf8mb4_bin
+       AND UNHEX(MD5(m.p_kind)) = d.h
+       AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin;
+    SET SESSION group_concat_max_len = in_gcl;
+END //
+
+-- pyqueue__commit_batch_held: pyqueue__commit_batch's step on a queue with history or results, or for a batch with a
+-- schedule's occurrences: of the in_found rows in_ids (as pyqueue__commit_batch_locate's out_ids; in_occs of them
+-- occurrences) the ones still held are locked (with history or results), their outcomes 'succeeded' recorded
+-- (in_keep_results; in_results: element i the result of reservation i), archived (in_history), the occurrences
+-- scheduled (as queue_commit), the rows deleted by id re-checking each token (out_done: how many) and, with results,
+-- the messages that wait for them told. The caller owns the transaction and runs it again on a deadlock. in_gcl: the
+-- session's group_concat_max_len, put back. Locks: as pyqueue__commit_batch.
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_held //
+CREATE PROCEDURE pyqueue__commit_batch_held(
+    IN  in_queue        VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_ids          LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_found        INT,
+    IN  in_occs         INT,
+    IN  in_results      LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_history      BOOLEAN,
+    IN  in_keep_results BOOLEAN,
+    IN  in_now          DATETIME(6),
+    IN  in_gcl          BIGINT,
+    OUT out_done        INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_i INT DEFAULT 0;
+    DECLARE v_nocc INT DEFAULT in_occs;
+    DECLARE v_deps LONGTEXT CHARACTER SET utf8mb4;
+    IF in_history OR in_keep_results THEN
+        -- the rows still held, locked before they are archived: no other call removes one in between
+        SELECT COUNT(*) INTO v_i
+          FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+         WHERE m.reserve_token = c.c_token
+           FOR UPDATE;
+        SET v_i = 0;
+    END IF;
+    IF in_keep_results THEN
+        -- their outcomes; each result joined by element number through a materialised derived table
+        INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts,
+                                    progress, finished_at)
+        SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded',
+               IF(r.elem IS NULL OR JSON_TYPE(r.elem) = 'NULL', NULL, r.elem),
+               NULL, m.attempts, m.progress, in_now
+          FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                   c_ord BIGINT PATH '$[5]')) AS c
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+          LEFT JOIN (SELECT j.ord, j.elem FROM JSON_TABLE(COALESCE(in_results, '[]'), '$[*]' COLUMNS (
+                         ord FOR ORDINALITY, elem JSON PATH '$')) AS j
+                     LIMIT 18446744073709551615) AS r ON r.ord = c.c_ord
+         WHERE m.queue_name = in_queue AND m.reserve_token = c.c_token
+        ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result),
+                                last_error = VALUES(last_error), attempts = VALUES(attempts),
+                                progress = VALUES(progress), finished_at = VALUES(finished_at);
+    END IF;
+    IF in_history THEN
+        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                     created_at, processed_at, outcome, to_queue, reserved_by, last_error, headers)
+        SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
+               m.created_at, in_now, 'committed', NULL, m.reserved_by, m.last_error, m.headers
+          FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+         WHERE m.queue_name = in_queue AND m.reserve_token = c.c_token;
+        SET v_i = 0;
+    END IF;
+    -- occurrences of a schedule (one per schedule at most): as queue_commit
+    WHILE v_nocc > 0 AND v_i < in_found DO
+        IF JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][2]')) = 1 THEN
+            CALL pyqueue__schedule_next(in_queue,
+                JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][3]'))),
+                JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][4]'))));
+            SET v_nocc = v_nocc - 1;
+        END IF;
+        SET v_i = v_i + 1;
+    END WHILE;
+    DELETE m
+      FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+     WHERE m.reserve_token = c.c_token;
+    SET out_done = ROW_COUNT();
+    IF in_keep_results THEN
+        -- the messages that wait for the ones deleted (a parent's queue keeps results): one locking probe
+        -- of pyqueue_dependency per message, which finds nothing for a message without parents or children
+        SET v_deps = NULL, SESSION group_concat_max_len = GREATEST(in_gcl, @@max_allowed_packet);
+        SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(d.p_key, d.p_kind) SEPARATOR ','), ']')
+          INTO v_deps
+          FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                   c_k  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
+                   c_kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]')) AS c
+          STRAIGHT_JOIN pyqueue_dependency d
+            ON d.queue_name = in_queue AND d.p_key = c.c_k AND d.p_kind = c.c_kd
+         WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m WHERE m.id = c.c_id)
+          LOCK IN SHARE MODE;
+        SET SESSION group_concat_max_len = in_gcl;
+        CALL pyqueue__deps_left_many(in_queue, v_deps, TRUE, NULL);
+    END IF;
+END //
+
+-- pyqueue__commit_batch: queue_commit_batch and queue_commit_result_batch: commits many reservations; in_keys, in_kinds,
+-- in_tokens: JSON arrays of strings of one length (element i of each names one); in_results NULL, or a JSON array of
+-- the same length (element i: the result of reservation i, any JSON; null: none). out_done = how many were deleted (a
+-- token that no longer holds is skipped). Refuses, changing nothing, arrays that are NULL, not of strings, of
+-- different lengths, or hold a bad key or kind or a malformed token (naming the first bad element); with in_results,
+-- a queue that keeps no results and a result longer than the queue's max_payload. Set-based: each array parsed once
+-- by JSON_TABLE; one read locates the rows; schedule occurrences one by one; one DELETE by id re-checks each token.
+-- With history or results, the rows still held are locked first, then archived in one INSERT, their outcomes
+-- 'succeeded' recorded in one INSERT, and deleted, in a transaction of its own in autocommit mode (run again on a
+-- deadlock): a row another call removes meanwhile is never archived nor recorded. FIFO group messages go last, one by
+-- one in group_key order (pyqueue__groups_leave).
+-- Locks: the deleted rows, for one statement each step (with history or results: until the end of the transaction);
+-- schedule rows of occurrences; group rows; result rows.
+-- Steps: pyqueue__commit_batch_args (the checks), then pyqueue__commit_batch_plain or pyqueue__commit_batch_locate and
+-- pyqueue__commit_batch_held (in the retried transaction), then pyqueue__groups_leave.
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch //
+CREATE PROCEDURE pyqueue__commit_batch(
+    IN  in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_keys    LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_kinds   LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_tokens  LONGTEXT CHARACTER SET utf8mb4,
+    IN  in_results LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_done   INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_n, v_gdone, v_retry, v_occs INT;
+    DECLARE v_history, v_results, v_one_kind BOOLEAN;
+    DECLARE v_gcl BIGINT;
+    DECLARE v_ids, v_grouped, v_busy LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_found, v_done, v_own, v_tries INT DEFAULT 0;
+    DECLARE v_now DATETIME(6);
+    DECLARE v_kind LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
+    SET v_gcl = @@SESSION.group_concat_max_len;
+    CALL pyqueue__commit_batch_args(in_queue, in_keys, in_kinds, in_tokens, in_results,
+                                    v_queue, v_n, v_history, v_results, v_one_kind, v_kind, v_occs);
+    IF v_n > 0 THEN
         IF NOT v_history AND NOT v_results AND v_occs = 0 THEN
-            -- No history, no results, no schedule: one DELETE joined to the arrays, re-checking each token under its lock
-            IF v_one_kind THEN
-                DELETE m
-                  FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
-                           ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
-                  STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
-                            ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
-                         LIMIT 18446744073709551615) AS t ON t.ord = k.ord
-                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
-                    ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin AND m.p_kind = v_kind
-                   AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
-                   AND m.group_key IS NULL;
-                SET v_done = ROW_COUNT();
-            ELSE
-                DELETE m
-                  FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
-                           ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
-                  STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
-                            ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
-                         LIMIT 18446744073709551615) AS d ON d.ord = k.ord
-                  STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
-                            ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
-                         LIMIT 18446744073709551615) AS t ON t.ord = k.ord
-                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
-                    ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
-                   AND UNHEX(MD5(m.p_kind)) = d.h
-                   AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
-                   AND m.group_key IS NULL;
-                SET v_done = ROW_COUNT();
-            END IF;
+            CALL pyqueue__commit_batch_plain(v_queue, in_keys, in_kinds, in_tokens, v_one_kind, v_kind, v_done);
             IF v_done < v_n THEN
                 -- the rest: messages of FIFO groups (or tokens that no longer hold)
-                SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-                SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key)
-                                                SEPARATOR ','), ']')
-                  INTO v_grouped
-                  FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
-                           ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
-                  STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
-                            ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
-                         LIMIT 18446744073709551615) AS d ON d.ord = k.ord
-                  STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
-                            ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
-                         LIMIT 18446744073709551615) AS t ON t.ord = k.ord
-                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
-                    ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
-                   AND UNHEX(MD5(m.p_kind)) = d.h
-                   AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
-                   AND m.group_key IS NOT NULL;
-                SET SESSION group_concat_max_len = v_gcl;
+                CALL pyqueue__commit_batch_locate(v_queue, in_keys, in_kinds, in_tokens, NULL, v_gcl,
+                                                  v_found, v_ids, v_occs, v_grouped);
+                SET v_found = 0;  -- (none outside a group: deleted just now)
             END IF;
         ELSE
-            SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-            -- [id, token, is a schedule's occurrence, p_key, p_kind, element number]; kinds and tokens joined on ord
-            -- through narrow materialised derived tables (a kind as its MD5); grouped ones apart: [id, p_key, p_kind,
-            -- token, group_key, result]
-            SELECT COALESCE(SUM(m.group_key IS NULL), 0),
-                   CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL,
-                                               JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z',
-                                                          m.p_key, m.p_kind, k.ord),
-                                               NULL)
-                                            SEPARATOR ','), ']'),
-                   SUM(m.group_key IS NULL AND m.p_key LIKE '%@____-__-__T__:__:__Z'),
-                   CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
-                                               JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key,
-                                                          IF(in_results IS NULL, NULL,
-                                                             JSON_EXTRACT(in_results, CONCAT('$[', k.ord - 1, ']')))))
-                                            SEPARATOR ','), ']')
-              INTO v_found, v_ids, v_occs, v_grouped
-              FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
-                       ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
-              STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
-                        ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
-                     LIMIT 18446744073709551615) AS d ON d.ord = k.ord
-              STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
-                        ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
-                     LIMIT 18446744073709551615) AS t ON t.ord = k.ord
-              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
-                ON m.queue_name = v_queue AND m.p_key = k.k COLLATE utf8mb4_bin
-               AND UNHEX(MD5(m.p_kind)) = d.h
-               AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin;
-            SET SESSION group_concat_max_len = v_gcl;
+            CALL pyqueue__commit_batch_locate(v_queue, in_keys, in_kinds, in_tokens, in_results, v_gcl,
+                                              v_found, v_ids, v_occs, v_grouped);
         END IF;
     END IF;
     IF v_found > 0 THEN
         SET v_now = UTC_TIMESTAMP(6);
         IF v_history OR v_results THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
         REPEAT
-            SET v_retry = 0, v_tries = v_tries + 1, v_i = 0, v_nocc = v_occs;
+            SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
                 DECLARE EXIT HANDLER FOR 1213, 1467
                 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
                 IF v_own = 1 THEN START TRANSACTION; END IF;
-                IF v_history OR v_results THEN
-                    -- the rows still held, locked before they are archived: no other call removes one in between
-                    SELECT COUNT(*) INTO v_i
-                      FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
-                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
-                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-                     WHERE m.reserve_token = c.c_token
-                       FOR UPDATE;
-                    SET v_i = 0;
-                END IF;
-                IF v_results THEN
-                    -- their outcomes; each result joined by element number through a materialised derived table
-                    INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts,
-                                                progress, finished_at)
-                    SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded',
-                           IF(r.elem IS NULL OR JSON_TYPE(r.elem) = 'NULL', NULL, r.elem),
-                           NULL, m.attempts, m.progress, v_now
-                      FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
-                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                               c_ord BIGINT PATH '$[5]')) AS c
-                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-                      LEFT JOIN (SELECT j.ord, j.elem FROM JSON_TABLE(COALESCE(in_results, '[]'), '$[*]' COLUMNS (
-                                     ord FOR ORDINALITY, elem JSON PATH '$')) AS j
-                                 LIMIT 18446744073709551615) AS r ON r.ord = c.c_ord
-                     WHERE m.queue_name = v_queue AND m.reserve_token = c.c_token
-                    ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result),
-                                            last_error = VALUES(last_error), attempts = VALUES(attempts),
-                                            progress = VALUES(progress), finished_at = VALUES(finished_at);
-                END IF;
-                IF v_history THEN
-                    INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error, headers)
-                    SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-                           m.created_at, v_now, 'committed', NULL, m.reserved_by, m.last_error, m.headers
-                      FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
-                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
-                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-                     WHERE m.queue_name = v_queue AND m.reserve_token = c.c_token;
-                    SET v_i = 0;
-                END IF;
-                -- occurrences of a schedule (one per schedule at most): as queue_commit
-                WHILE v_nocc > 0 AND v_i < v_found DO
-                    IF JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][2]')) = 1 THEN
-                        CALL pyqueue__schedule_next(v_queue,
-                            JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][3]'))),
-                            JSON_UNQUOTE(JSON_EXTRACT(v_ids, CONCAT('$[', v_i, '][4]'))));
-                        SET v_nocc = v_nocc - 1;
-                    END IF;
-                    SET v_i = v_i + 1;
-                END WHILE;
-                DELETE m
-                  FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
-                           c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
-                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-                 WHERE m.reserve_token = c.c_token;
-                SET v_done = ROW_COUNT();
-                IF v_results THEN
-                    -- the messages that wait for the ones deleted (a parent's queue keeps results): one locking probe
-                    -- of pyqueue_dependency per message, which finds nothing for a message without parents or children
-                    SET v_deps = NULL, SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-                    SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(d.p_key, d.p_kind) SEPARATOR ','), ']')
-                      INTO v_deps
-                      FROM JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
-                               c_k  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
-                               c_kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]')) AS c
-                      STRAIGHT_JOIN pyqueue_dependency d
-                        ON d.queue_name = v_queue AND d.p_key = c.c_k AND d.p_kind = c.c_kd
-                     WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m WHERE m.id = c.c_id)
-                      LOCK IN SHARE MODE;
-                    SET SESSION group_concat_max_len = v_gcl;
-                    CALL pyqueue__deps_left_many(v_queue, v_deps, TRUE, NULL);
-                END IF;
+                CALL pyqueue__commit_batch_held(v_queue, v_ids, v_found, v_occs, in_results, v_history, v_results, v_now,
+                                                v_gcl, v_done);
                 IF v_own = 1 THEN COMMIT; END IF;
             END;
         UNTIL v_retry = 0 END REPEAT;
