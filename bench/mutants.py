@@ -4,11 +4,12 @@
 A mutant is one text substitution in one file of sql/, a JSON line
 {"file": "sql/postgresql/routines/...", "find": "...", "replace": "...", "note": "..."}; a find that
 does not occur exactly once in its file is an error (the run stops before testing anything). For
-each mutant the repository's package, sql/, migrations/ and tests/ are copied into a scratch
+each mutant the repository's package, sql/, migrations/, tests/ and examples/ are copied into a scratch
 folder, the substitution is made there, and pytest runs the chosen tests (default: the whole
 contract's model and tests/contract) from that copy: the tests install the mutated schema into
 their own scratch databases on the suite's servers. The mutant is killed when a test fails;
-the report gives the first failing test and its error's first line. Exit 0 only when every
+the report gives the first failing test and its error's first line. First the unmutated copy runs
+the same tests on each dialect: when it fails, the run stops (a kill must be the mutant's). Exit 0 only when every
 mutant is killed. The built-in list is bench/mutants.jsonl (bench/README.md, Mutants)."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = ROOT / "bench" / "mutants.jsonl"
-COPIED = ("pyqueue_sql", "sql", "migrations", "tests", "pyproject.toml")
+COPIED = ("pyqueue_sql", "sql", "migrations", "tests", "examples", "pyproject.toml")
 MODEL = "tests/concurrency/test_model.py::test_the_whole_contract_matches_the_model"
 DEFAULT_TESTS = f"{MODEL} tests/contract"
 
@@ -134,6 +135,11 @@ def main() -> int:
         rx = re.compile(a.match)
         mutants = [m for m in mutants if rx.search(m["file"] + m["find"] + m.get("note", ""))]
     counts = {"killed": 0, "survived": 0, "error": 0}
+    for d in sorted({dialect_of(m) for m in mutants}):  # a kill counts only where the tree passes
+        unmutated = next(m for m in mutants if dialect_of(m) == d) | {"find": "", "replace": ""}
+        verdict, why, _ = run_one(unmutated, a.tests, a.examples, a.timeout)
+        if verdict != "survived":
+            sys.exit(f"the unmutated tree fails these tests on {d}: {why}")
     for m in mutants:
         verdict, why, took = run_one(m, a.tests, a.examples, a.timeout)
         counts[verdict] += 1
