@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import errors, tracing
 from ..client import Database, connect
-from .base import WorkerBase
+from .base import WorkerBase, listen_refused, run_hooks
 from .interrupt import ThreadStopper
 from .model import Job, log
 from .runners import run_on_thread_end
@@ -158,6 +158,58 @@ class _Connection:
     )
 
 
+class Completer:
+    """Acknowledges the handlers' successes (see Dispatch.ack_steps) on a thread and a connection
+    of its own: put() hands it one, the thread waits for one, gathers those that come within
+    ack_interval (at most ack_batch), commits them, and so on until close() (after the last
+    handler finished), then flushes what is left. A crash before a flush loses nothing: the
+    messages are still reserved and come back after their lease (at-least-once)."""
+
+    def __init__(self, settings: Any, flush: Callable[[list[tuple[Job, float]], _Connection], Any]) -> None:
+        self.settings = settings
+        self.flush = flush  # (batch, conn): runs the flush's steps on the completer's connection
+        self.acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
+        self.put = self._put  # what Dispatch calls, once a success: (job, elapsed_ms)
+        self.thread: threading.Thread | None = None
+
+    def _put(self, job: Job, elapsed_ms: float) -> None:
+        self.acks.put((job, elapsed_ms))
+
+    def start(self, conn: _Connection) -> None:
+        self.thread = threading.Thread(target=self.loop, args=(conn,), name="pyqueue-completer", daemon=True)
+        self.thread.start()
+
+    def close(self, timeout: float) -> None:
+        """Every handler has finished (or was abandoned): flushes what is left, then ends."""
+        self.acks.put(None)
+        if self.thread is not None:
+            self.thread.join(timeout=timeout)
+
+    def loop(self, conn: _Connection) -> None:
+        acks, settings = self.acks, self.settings
+        try:
+            done = False
+            while not done:
+                first = acks.get()
+                if first is None:
+                    return
+                batch = [first]
+                flush_at = time.monotonic() + settings.ack_interval
+                while len(batch) < settings.ack_batch:
+                    left = flush_at - time.monotonic()
+                    try:
+                        item = acks.get(timeout=left) if left > 0 else acks.get_nowait()
+                    except queue_mod.Empty:
+                        break
+                    if item is None:
+                        done = True
+                        break
+                    batch.append(item)
+                self.flush(batch, conn)
+        finally:
+            conn.close()
+
+
 class Worker(WorkerBase):
     """Runs handlers for messages of one or more queues on a pool of threads. See the module docstring."""
 
@@ -178,10 +230,12 @@ class Worker(WorkerBase):
         self._slot_waiting = 0
         # A SimpleQueue (C, one lock): a handler thread takes each message from it.
         self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
-        self._acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
+        self.completer = Completer(
+            self.settings, lambda batch, conn: self._steps(self.dispatch.ack_steps(batch), conn)
+        )
         self._threads: list[threading.Thread] = []
         self._watch_wake = threading.Event()  # a progress to write (Job.set_progress)
-        self._lanes: list[tuple[threading.Thread, list[bool]]] = []  # the batch kinds' (batches.py)
+        self._lanes: list[threading.Thread] = []  # the batch kinds' (batches.py)
 
     def _jobs(self) -> list[Job]:
         with self._slots:
@@ -237,10 +291,9 @@ class Worker(WorkerBase):
             daemon=True,
         )
         self._heartbeat.start()
-        self._completer_thread = threading.Thread(
-            target=self._completer_loop, name="pyqueue-completer", daemon=True
-        )
-        self._completer_thread.start()
+        # Its role in the logs and metrics is "handler": the connection that records what the
+        # handlers did, as the handler threads themselves do for failures and hand-backs.
+        self.completer.start(_Connection(self, "handler"))
         self._watcher = threading.Thread(
             target=self._loop_on,
             args=(_Connection(self, "watch"), self.watch.loop_steps()),
@@ -258,23 +311,18 @@ class Worker(WorkerBase):
             for i in range(max(1, self.settings.concurrency // route.size))
         ]
 
-    def _start_lane(self, route: Any, i: int) -> tuple[threading.Thread, list[bool]]:
+    def _start_lane(self, route: Any, i: int) -> threading.Thread:
         """A batch kind's lane (batches.py): its steps on a thread and a connection of its own,
         made as a handler thread's (an event loop for an async def handler, a stopper). The
         first one of a kind long-polls, the others wait for its wakes."""
-        idle = [False]
+        _, steps = self.batches.lane(route, first=i == 0)
         conn = _Connection(self, "handler")
         conn.loop = _EventLoop()
         conn.stopper = ThreadStopper()
 
         def lane() -> None:
             try:
-                siblings = (
-                    None
-                    if i == 0
-                    else self._lane_wakes.setdefault((route.queue, route.kind), threading.Event())
-                )
-                self._steps(self._lane_steps(route, idle, siblings), conn)
+                self._steps(steps, conn)
             except Exception:
                 log.exception("a batch lane failed", extra={"event": "error", "queue": route.queue})
                 self.stop(reason=f"the batch lane of {route.queue}/{route.kind} failed")
@@ -285,7 +333,7 @@ class Worker(WorkerBase):
 
         t = threading.Thread(target=lane, name=f"pyqueue-batch-{route.kind}-{i}", daemon=True)
         t.start()
-        return t, idle
+        return t
 
     def _hold(self, jobs: list[Job]) -> None:
         """A lane's batch, held as the handlers' jobs are (heartbeat, status, stop)."""
@@ -298,8 +346,7 @@ class Worker(WorkerBase):
     def _stop_runners(self, op: StopRunners, conn: Any) -> None:
         self._shutdown()
         # Every handler has finished (or was abandoned): the completer flushes what is left.
-        self._acks.put(None)
-        self._completer_thread.join(timeout=max(self.settings.shutdown_timeout, 5.0))
+        self.completer.close(timeout=max(self.settings.shutdown_timeout, 5.0))
         self.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
         self._watch_wake.set()
         self._heartbeat.join(timeout=5)
@@ -383,7 +430,7 @@ class Worker(WorkerBase):
 
     def _hooks(self, op: Hooks, conn: Any) -> None:
         if op.what is not None:
-            return self._run_hooks(op.hooks, op.what)
+            return run_hooks(op.hooks, self, op.what)
         for hook in op.hooks:
             hook(self)
         return None
@@ -417,7 +464,7 @@ class Worker(WorkerBase):
     def _on_dispatcher_connect(self, db: Database) -> None:
         if self.use_listen:
             if self.dialect.listener.shares_sessions(db.connection, self.dsn_for("dispatcher")):
-                raise self._listen_refused()
+                raise listen_refused(self)
             channels = [db.queue(q).channel() for q in self.routes]
             self.dialect.listener.listen(db.connection, channels)
             self.state.channels = dict(zip(channels, self.routes))
@@ -449,7 +496,12 @@ class Worker(WorkerBase):
         conn = _Connection(self, "handler")
         conn.loop = _EventLoop()
         conn.stopper = ThreadStopper()
-        get, serve, execute, handle = self._pending.get, self._serve_steps, self._execute, self._handle
+        get, serve, execute, handle = (
+            self._pending.get,
+            self.dispatch.serve_steps,
+            self._execute,
+            self._handle,
+        )
 
         def run(op: Any) -> Any:
             # a job's two operations (Handle, Acquire) without the table's lookup: once a job each
@@ -470,41 +522,6 @@ class Worker(WorkerBase):
             conn.loop.close()
             conn.close()
             run_on_thread_end(self.on_thread_end)
-
-    # -- batched acknowledgement ----------------------------------------------------------
-    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
-        self._acks.put((job, elapsed_ms))
-
-    def _completer_loop(self) -> None:
-        """Acknowledges the handlers' successes: waits for one, gathers those that come within
-        ack_interval (at most ack_batch), commits them (Dispatch._ack_steps), and so on until
-        run() sends None (after the last handler finished), then flushes what is left. A crash
-        before a flush loses nothing: the messages are still reserved and come back after their
-        lease (at-least-once)."""
-        # Its role in the logs and metrics is "handler": the connection that records what the
-        # handlers did, as the handler threads themselves do for failures and hand-backs.
-        conn = _Connection(self, "handler")
-        try:
-            done = False
-            while not done:
-                first = self._acks.get()
-                if first is None:
-                    return
-                batch = [first]
-                flush_at = time.monotonic() + self.settings.ack_interval
-                while len(batch) < self.settings.ack_batch:
-                    left = flush_at - time.monotonic()
-                    try:
-                        item = self._acks.get(timeout=left) if left > 0 else self._acks.get_nowait()
-                    except queue_mod.Empty:
-                        break
-                    if item is None:
-                        done = True
-                        break
-                    batch.append(item)
-                self._steps(self._ack_steps(batch), conn)
-        finally:
-            conn.close()
 
     # -- the watcher (watch.py) and the heartbeat (registry.py) ---------------------------
     def _loop_on(self, conn: _Connection, steps: Any) -> None:
@@ -535,14 +552,14 @@ class Worker(WorkerBase):
                 except queue_mod.Empty:
                     break
                 if job is not None:
-                    self._steps(self._hand_back_steps(job), conn)
+                    self._steps(self.dispatch.hand_back_steps(job), conn)
         finally:
             conn.close()
         for _ in self._threads:
             self._pending.put(None)
         report_at = time.monotonic()
         # the handler threads, and the batch lanes (a batch that runs finishes)
-        running = self._threads + [lane for lane, _ in self._lanes]
+        running = self._threads + self._lanes
         while any(t.is_alive() for t in running) and not self.state.hard_stop.is_set():
             now = time.monotonic()
             if now >= deadline:
