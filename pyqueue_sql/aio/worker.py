@@ -545,6 +545,55 @@ class _Pool:
             await self.conns.get_nowait().close()
 
 
+class _RunTasks:
+    """The tasks of an AsyncWorker's run beside the handler tasks, each with its own connection:
+    the heartbeat and the watcher; and, at the stop, the wait for the handler tasks, the give-back
+    of the abandoned messages, the completer's last flush, then the end of the others."""
+
+    def __init__(self, worker: AsyncWorker) -> None:
+        self.worker = worker
+
+    def start(self) -> None:
+        w = self.worker
+        w._heartbeat_conn = _AsyncConnection(w, "heartbeat")
+        self.heartbeat = asyncio.create_task(
+            self.loop_on(w._heartbeat_conn, w.registry.heartbeat_loop_steps()), name="pyqueue-heartbeat"
+        )
+        self.watcher = asyncio.create_task(
+            self.loop_on(_AsyncConnection(w, "watch"), w.watch.loop_steps()), name="pyqueue-watch"
+        )
+
+    async def loop_on(self, conn: _AsyncConnection, steps: Any) -> None:
+        """A task's loop: its steps on its own connection, closed when they end."""
+        try:
+            await self.worker._steps(steps, conn)
+        finally:
+            await conn.close()
+
+    async def stop(self) -> None:
+        w = self.worker
+        # Tasks that had not started their handler hand their message back at once (they see
+        # state.stopping); running ones get until the deadline.
+        deadline = time.monotonic() + w.settings.shutdown_timeout
+        w._stop_deadline = deadline
+        await w.handlers.drain(deadline)
+        if w.shutdown.abandoned:
+            shut = _AsyncConnection(w, "shutdown")
+            try:
+                await w._steps(w.shutdown.give_back_abandoned_steps(), shut)
+            finally:
+                await shut.close()
+        # every handler task has finished: the completer flushes the successes still waiting
+        await w.completer.close(timeout=max(w.settings.shutdown_timeout, 5.0))
+        w.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+        w.events.hard.set()
+        w.completer.cancel()
+        w.events.watch.set()
+        await asyncio.wait({self.heartbeat, self.watcher}, timeout=5)
+        self.heartbeat.cancel()
+        self.watcher.cancel()
+
+
 class AsyncWorker(WorkerBase):
     """Runs async handlers for messages of one or more queues as asyncio tasks.
     See the module docstring; the settings are pyqueue_sql.Worker's, plus `connections`."""
@@ -568,10 +617,8 @@ class AsyncWorker(WorkerBase):
         self._heartbeat_conn: _AsyncConnection | None = None
         self._signals_installed: list[int] = []
         self.events = _LoopEvents(self.state)
+        self._run_tasks = _RunTasks(self)
         self.completer = _Commits(self.settings, self.state.stats)
-
-    def _jobs(self) -> list[Job]:
-        return list(self._inflight.copy().values())
 
     def _wake(self) -> None:
         self.events.wake()
@@ -585,9 +632,6 @@ class AsyncWorker(WorkerBase):
             nxt.on_progress = self.events.progress_set
             self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
         self.events.freed.set()
-
-    def _hold(self, jobs: list[Job]) -> None:
-        raise AssertionError("batch handlers run on the threaded Worker")  # refused by _starting
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT on the running loop: the first stops gracefully, a second one stops at once."""
@@ -621,36 +665,10 @@ class AsyncWorker(WorkerBase):
     async def _start_runners(self, op: StartRunners, conn: Any) -> None:
         self.pool = _Pool(self, self.connections)
         self.completer.start(self)
-        self._heartbeat_conn = _AsyncConnection(self, "heartbeat")
-        self._heartbeat = asyncio.create_task(
-            self._loop_on(self._heartbeat_conn, self.registry.heartbeat_loop_steps()),
-            name="pyqueue-heartbeat",
-        )
-        self._watcher = asyncio.create_task(
-            self._loop_on(_AsyncConnection(self, "watch"), self.watch.loop_steps()), name="pyqueue-watch"
-        )
+        self._run_tasks.start()
 
     async def _stop_runners(self, op: StopRunners, conn: Any) -> None:
-        # Tasks that had not started their handler hand their message back at once (they see
-        # state.stopping); running ones get until the deadline.
-        deadline = time.monotonic() + self.settings.shutdown_timeout
-        self._stop_deadline = deadline
-        await self.handlers.drain(deadline)
-        if self.shutdown.abandoned:
-            shut = _AsyncConnection(self, "shutdown")
-            try:
-                await self._steps(self.shutdown.give_back_abandoned_steps(), shut)
-            finally:
-                await shut.close()
-        # every handler task has finished: the completer flushes the successes still waiting
-        await self.completer.close(timeout=max(self.settings.shutdown_timeout, 5.0))
-        self.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
-        self.events.hard.set()
-        self.completer.cancel()
-        self.events.watch.set()
-        await asyncio.wait({self._heartbeat, self._watcher}, timeout=5)
-        self._heartbeat.cancel()
-        self._watcher.cancel()
+        await self._run_tasks.stop()
 
     async def _finish(self, op: Finish, conn: Any) -> None:
         await self.pool.close()
@@ -754,14 +772,6 @@ class AsyncWorker(WorkerBase):
             self.state.channels = dict(zip(channels, self.routes))
         # After a (re)connect, anything pushed meanwhile must be looked at.
         self.state.wake_queues.update(self.routes)
-
-    # -- the watcher (worker/watch.py) and the heartbeat (worker/registry.py) ---------------
-    async def _loop_on(self, conn: _AsyncConnection, steps: Any) -> None:
-        """A task's loop: its steps on its own connection, closed when they end."""
-        try:
-            await self._steps(steps, conn)
-        finally:
-            await conn.close()
 
     async def heartbeat_run(self, fn: Callable[[Any], Awaitable[Any]]) -> Any:
         """For on_heartbeat hooks: awaits fn(db) on the heartbeat connection,

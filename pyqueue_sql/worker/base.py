@@ -269,8 +269,9 @@ class WorkerBase:
         raise NotImplementedError
 
     def _jobs(self) -> list[Job]:
-        """The messages the worker holds now (reserved, started or not); safe from any thread."""
-        raise NotImplementedError
+        """The messages the worker holds now (reserved, started or not); safe from any thread (a
+        copy taken in one C call; Worker's holds its slots' lock)."""
+        return list(self._inflight.copy().values())
 
     def _wake(self) -> None:
         """Makes the worker's waits notice a stop (called from any thread, or a signal handler)."""
@@ -299,13 +300,29 @@ class WorkerBase:
             yield On(conn, preflight_steps(self.routes, self.state))
         except BaseException as exc:
             self._ended()
-            self._refused_at_start(exc)
+            # run() ends before it started (the preflight check refused): stopped, nothing logged
+            self._crashed(exc)
+            self._state = "stopped"
+            self.stopped.set()
             raise
         finally:
             yield Shut(conn)
         if install_signals:
             self.install_signal_handlers()
-        self._announce()
+        # The start is logged ("worker starting", event "start") once the signal handlers are in
+        # place: from this line on a SIGTERM is a graceful stop, not the default death.
+        log.info(
+            "worker starting",
+            extra={
+                "event": "start",
+                "worker": self.name,
+                "queues": sorted(self.routes),
+                "concurrency": self.settings.concurrency,
+                "dialect": self.dialect.name,
+                "listen": self.use_listen,
+                "runtime": self.runtime,
+            },
+        )
         yield START_RUNNERS
         dispatcher = yield Open("dispatcher", dispatcher=True)
         try:
@@ -367,28 +384,6 @@ class WorkerBase:
         self._stop_deadline = None
         self.state.last_error = None
         self._state = "starting"
-
-    def _refused_at_start(self, exc: BaseException) -> None:
-        """run() ends before it started (the preflight check refused): stopped, nothing logged."""
-        self._crashed(exc)
-        self._state = "stopped"
-        self.stopped.set()
-
-    def _announce(self) -> None:
-        """Logs the start ("worker starting", event "start"), once the signal handlers are in
-        place: from this line on a SIGTERM is a graceful stop, not the default death."""
-        log.info(
-            "worker starting",
-            extra={
-                "event": "start",
-                "worker": self.name,
-                "queues": sorted(self.routes),
-                "concurrency": self.settings.concurrency,
-                "dialect": self.dialect.name,
-                "listen": self.use_listen,
-                "runtime": self.runtime,
-            },
-        )
 
     def _crashed(self, exc: BaseException) -> None:
         if self.state.stop_reason is None:
