@@ -333,12 +333,7 @@ class _RunThreads:
     def handler_loop(self) -> None:
         w = self.worker
         conn = _Connection.for_handler(w)
-        get, serve, execute, handle = (
-            w._pending.get,
-            w.dispatch.serve_steps,
-            w._execute,
-            self._handle,
-        )
+        get, serve, execute, handle = w._pending.get, w.dispatch.serve_steps, w._execute, conn.handle
 
         def run(op: Any) -> Any:
             # a job's two operations (Handle, Acquire) without the table's lookup: once a job each
