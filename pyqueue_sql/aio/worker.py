@@ -57,7 +57,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors, tracing
 from ..worker import (
@@ -69,7 +69,7 @@ from ..worker import (
     call_steps,
     log,
 )
-from ..worker.base import listen_refused
+from ..worker.base import listen_refused, settings_signature
 from ..worker.dispatch import COUNTED_BY_BATCH
 from ..worker.steps import (
     HARD_STOP,
@@ -101,6 +101,10 @@ from ..worker.steps import (
 )
 from ..worker.timeouts import handle_timed_async, run_plain_async
 from .client import connect
+
+if TYPE_CHECKING:
+    from ..worker.base import Unpack
+    from ..worker.settings import WorkerOptions
 
 __all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
 
@@ -603,11 +607,12 @@ class AsyncWorker(WorkerBase):
     _group_commit = True
 
     def __init__(
-        self, dsn: str, *, connections: int | None = None, commit_reserve: bool | None = None, **settings: Any
+        self, dsn: str, *, connections: int | None = None, **settings: Unpack[WorkerOptions]
     ) -> None:
         # Successes are acknowledged in batches by the completer (see Worker); commit_reserve=True
         # chains each success with the reserve of a next message instead (the group commit).
-        super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
+        settings["commit_reserve"] = bool(settings.get("commit_reserve"))
+        super().__init__(dsn, **settings)
         self.connections = min(self.settings.concurrency, 4) if connections is None else connections
         if self.connections < 1:
             raise errors.InvalidArgumentError("connections must be at least 1")
@@ -779,3 +784,8 @@ class AsyncWorker(WorkerBase):
         if self._heartbeat_conn is None:
             raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
         return await self._heartbeat_conn.run(fn, give_up=self.events.hard)
+
+
+AsyncWorker.__init__.__signature__ = settings_signature(  # type: ignore[attr-defined]
+    inspect.Parameter("connections", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None")
+)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from .model import Handler, Job, RetryRule, Route, RunState, WorkerStats, Worker
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
 from .runners import RunnerPool
-from .settings import Resolved, WorkerSettings, resolve
+from .settings import Resolved, WorkerOptions, WorkerSettings, resolve
 from .settings import default_prefetch as default_prefetch
 from .shutdown import Shutdown
 from .steps import (
@@ -40,6 +41,12 @@ from .steps import (
     StoppedError,
 )
 from .watch import Watch
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from typing import Unpack
+    else:
+        from typing_extensions import Unpack
 
 
 class WorkerBase:
@@ -59,10 +66,10 @@ class WorkerBase:
         prefetch: int
         max_stuck: int
 
-    def __init__(self, dsn: str, **settings: Any) -> None:
+    def __init__(self, dsn: str, **settings: Unpack[WorkerOptions]) -> None:
         # The settings are WorkerSettings' fields (declared and checked there, once; the signature
-        # below is made from them); what depends on the database is resolved by the properties
-        # below, read from self.settings, never copied.
+        # below is made from them, WorkerOptions types them); what depends on the database is
+        # resolved once (settings.Resolved), each readable as the worker's property.
         self.settings = WorkerSettings(**settings)
         self.dsn = dsn
         self.dialect = dialects.for_dsn(dsn)
@@ -531,14 +538,16 @@ def listen_refused(worker: WorkerBase) -> errors.QueueError:
     )
 
 
-def _settings_signature() -> inspect.Signature:
-    """WorkerBase.__init__'s signature as help() and inspect show it: dsn, then WorkerSettings'
-    fields as keywords with their defaults (declared there, once)."""
+def settings_signature(*extra: inspect.Parameter) -> inspect.Signature:
+    """A worker's __init__ signature as help() and inspect show it: dsn, then the runner's own
+    keywords (`extra`) and WorkerSettings' fields as keywords with their defaults (declared
+    there, once)."""
     keyword = inspect.Parameter.KEYWORD_ONLY
     return inspect.Signature(
         [
             inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
             inspect.Parameter("dsn", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str"),
+            *extra,
             *(
                 inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type)
                 for f in dataclasses.fields(WorkerSettings)
@@ -548,7 +557,7 @@ def _settings_signature() -> inspect.Signature:
     )
 
 
-WorkerBase.__init__.__signature__ = _settings_signature()  # type: ignore[attr-defined]
+WorkerBase.__init__.__signature__ = settings_signature()  # type: ignore[attr-defined]
 
 # The settings resolved against the database (settings.Resolved), readable as the worker's attributes
 # (worker.use_listen, worker.prefetch...), and the others as given (worker.lease, worker.concurrency...)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import errors, statements
 
@@ -119,6 +119,49 @@ class WorkerSettings:
     def keywords(self) -> dict[str, Any]:
         """The settings as the keywords of Worker, AsyncWorker and App.worker."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+class WorkerOptions(TypedDict, total=False):
+    """WorkerSettings' fields as the keywords of Worker and AsyncWorker (``**settings:
+    Unpack[WorkerOptions]``), so that a type checker rejects a misspelt or mistyped one (at run
+    time WorkerSettings does: a TypeError). Checked against WorkerSettings when this module is
+    imported (_check_options): a field added there and not here is an ImportError."""
+
+    concurrency: int
+    name: str | None
+    lease: float
+    poll_fallback: float | None
+    poll_min: float
+    poll_max: float
+    linger: float
+    long_poll_wait: float
+    long_poll_check: float
+    shutdown_timeout: float
+    listen: bool
+    listen_dsn: str | None
+    register: bool
+    release_dead_after: float | None
+    commit_reserve: bool | None
+    prefetch: int | None
+    ack_batch: int
+    ack_interval: float
+    start_timeout: float | None
+    max_stuck: int | None
+    max_jobs: int | None
+
+
+def _check_options() -> None:
+    """WorkerOptions names each field of WorkerSettings with the same type, and nothing else."""
+    fields = {f.name: f.type for f in dataclasses.fields(WorkerSettings)}
+    options = {k: getattr(t, "__forward_arg__", t) for k, t in WorkerOptions.__annotations__.items()}
+    if fields != options:
+        raise ImportError(
+            "WorkerOptions (pyqueue_sql/worker/settings.py) differs from WorkerSettings' fields: "
+            f"{sorted(set(fields.items()) ^ set(options.items()))}"
+        )
+
+
+_check_options()
 
 
 def settings_from_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors, tracing
 from ..client import Database, connect
-from .base import WorkerBase, listen_refused, run_hooks
+from .base import WorkerBase, listen_refused, run_hooks, settings_signature
 from .interrupt import ThreadStopper
 from .model import Job, log
 from .runners import run_on_thread_end
@@ -56,6 +56,10 @@ from .timeouts import awaited, handle_timed
 from .timeouts import log_late_return as log_late_return
 from .timeouts import timed_out as timed_out
 from .timeouts import within_timeout as within_timeout
+
+if TYPE_CHECKING:
+    from .base import Unpack
+    from .settings import WorkerOptions
 
 
 class _EventLoop:
@@ -407,11 +411,12 @@ class _RunThreads:
 class Worker(WorkerBase):
     """Runs handlers for messages of one or more queues on a pool of threads. See the module docstring."""
 
-    def __init__(self, dsn: str, *, commit_reserve: bool | None = None, **settings: Any) -> None:
+    def __init__(self, dsn: str, **settings: Unpack[WorkerOptions]) -> None:
         # A success is acknowledged by the completer, in a batch with the others that finish
         # within ack_interval, instead of a queue_commit_reserve per message from each handler
         # thread (bench/README.md, "Workers"); commit_reserve=True asks for the latter.
-        super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
+        settings["commit_reserve"] = bool(settings.get("commit_reserve"))
+        super().__init__(dsn, **settings)
 
     def _setup(self) -> None:
         self._heartbeat_conn: _Connection | None = None
@@ -603,3 +608,6 @@ class Worker(WorkerBase):
         if self._heartbeat_conn is None:
             raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
         return self._heartbeat_conn.run(fn, give_up=self.state.hard_stop)
+
+
+Worker.__init__.__signature__ = settings_signature()  # type: ignore[attr-defined]
