@@ -794,6 +794,30 @@ def test_the_settings_in_range_are_taken_and_the_defaults_are_one_list():
     assert given == {name: WorkerSettings().keywords()[name] for name in given}
 
 
+def test_a_misspelt_setting_is_a_type_error_and_the_typed_keywords_are_the_settings(monkeypatch):
+    """Worker and AsyncWorker take WorkerSettings' fields as keywords, typed by WorkerOptions for
+    a type checker (tests/unit/test_worker_typing.py) and checked against them when the module
+    is imported: a field typed otherwise, or missing there, is an ImportError."""
+    import dataclasses
+
+    from pyqueue_sql.aio import AsyncWorker
+    from pyqueue_sql.worker import settings as settings_module
+
+    for make in (Worker, AsyncWorker):
+        with pytest.raises(TypeError, match="concurrancy"):
+            make(PG, concurrancy=2)
+    assert AsyncWorker(PG, connections=2, concurrency=8).connections == 2
+    fields = {f.name: f.type for f in dataclasses.fields(settings_module.WorkerSettings)}
+    assert {k: t.__forward_arg__ for k, t in settings_module.WorkerOptions.__annotations__.items()} == fields
+    settings_module._check_options()
+    monkeypatch.setitem(settings_module.WorkerOptions.__annotations__, "lease", "int")
+    with pytest.raises(ImportError, match="lease"):
+        settings_module._check_options()
+    monkeypatch.delitem(settings_module.WorkerOptions.__annotations__, "lease")
+    with pytest.raises(ImportError, match="lease"):
+        settings_module._check_options()
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 
