@@ -794,6 +794,36 @@ def test_the_settings_in_range_are_taken_and_the_defaults_are_one_list():
     assert given == {name: WorkerSettings().keywords()[name] for name in given}
 
 
+# The settings `pyqueue-sql worker` has no option for (a worker object in a module sets them)
+NOT_ON_THE_COMMAND_LINE = {
+    "poll_min",
+    "poll_max",
+    "linger",
+    "long_poll_wait",
+    "long_poll_check",
+    "commit_reserve",
+}
+
+
+def test_each_setting_option_of_the_command_is_named_and_defaults_as_its_setting():
+    """`pyqueue-sql worker`'s options are WorkerSettings' fields by name (settings_from_options
+    maps them, in one place), each defaulting to None (the worker's default) or to the field's
+    own default; a setting it does not offer is listed above, so that a new one is a decision."""
+    import argparse
+    import dataclasses
+
+    from pyqueue_sql.cli import build_parser
+    from pyqueue_sql.worker.settings import WorkerSettings
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {a.dest: a.default for a in sub.choices["worker"]._actions}
+    fields = {f.name: f.default for f in dataclasses.fields(WorkerSettings)}
+    assert {name for name in fields if name not in options} == NOT_ON_THE_COMMAND_LINE
+    for name, default in fields.items():
+        if name in options:
+            assert options[name] in (None, default), name
+
+
 def test_a_misspelt_setting_is_a_type_error_and_the_typed_keywords_are_the_settings(monkeypatch):
     """Worker and AsyncWorker take WorkerSettings' fields as keywords, typed by WorkerOptions for
     a type checker (tests/unit/test_worker_typing.py) and checked against them when the module
