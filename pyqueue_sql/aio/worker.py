@@ -55,6 +55,7 @@ import collections
 import inspect
 import signal
 import time
+import types
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -254,6 +255,7 @@ class _HandlerTasks:
         self.shutdown = worker.shutdown
         self.inflight = worker._inflight  # the worker's, shared
         self.run = worker._steps
+        self.execute = worker._execute
         self.serve_steps = worker.dispatch.serve_steps
         self.tasks: set[asyncio.Task] = set()
         self.waiting: collections.deque[Job] = collections.deque()  # prefetched, for the next free task
@@ -275,9 +277,22 @@ class _HandlerTasks:
     async def serve(self, job: Job | None) -> None:
         """A handler task: runs its message (and those its commits reserve), then the prefetched
         ones that wait, until none is left."""
+        execute, handle, in_use = self.execute, self.handle, tracing.in_use
+
+        def run(op: Any) -> Awaitable[Any]:
+            # a job's two operations (Handle, Acquire) without the table's lookup: once a job each
+            kind = type(op)
+            if kind is Handle:
+                if in_use() is None:  # no OpenTelemetry: no span (tracing.handle_traced_async)
+                    return handle(op)
+                return tracing.handle_traced_async(op.job, lambda: handle(op))
+            if kind is Acquire:
+                return op.lock.acquire()
+            return execute(op, None)
+
         try:
             while job is not None:
-                await self.run(self.serve_steps(job), None)
+                await run_steps_async(self.serve_steps(job), run)
                 job = self.waiting.popleft() if self.waiting else None
         finally:
             self.running -= 1
@@ -295,7 +310,7 @@ class _HandlerTasks:
                 pass
 
         job.on_cancel = cancel
-        if job.cancel_requested.is_set():
+        if job._cancel_asked():
             task.cancel()
         try:
             return await task
@@ -307,8 +322,30 @@ class _HandlerTasks:
         if op.timeout is not None:
             return await handle_timed_async(op, self.cancellable, self.runners)
         try:
-            if job.runs_async:
-                job.result = await self.cancellable(job, op.fn(job))
+            if job.runs_async:  # as cancellable does, inline (once a job)
+                loop = asyncio.get_running_loop()
+                coro = op.fn(job)
+                # a coroutine function's coroutine: its task made at once (ensure_future's checks
+                # are for other awaitables)
+                task = (
+                    loop.create_task(coro)
+                    if type(coro) is types.CoroutineType
+                    else asyncio.ensure_future(coro)
+                )
+
+                def cancel() -> None:
+                    try:
+                        loop.call_soon_threadsafe(task.cancel)
+                    except RuntimeError:  # the loop has closed
+                        pass
+
+                job.on_cancel = cancel
+                if job._cancel_asked():
+                    task.cancel()
+                try:
+                    job.result = await task
+                finally:
+                    job.on_cancel = None
             else:
                 # a plain function: on a runner thread (worker/runners.py), so that it does not block
                 # the loop; up to `concurrency` of them at once (asyncio's default executor would
