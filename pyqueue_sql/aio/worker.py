@@ -55,9 +55,10 @@ import collections
 import inspect
 import signal
 import time
+import types
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors, tracing
 from ..worker import (
@@ -69,6 +70,8 @@ from ..worker import (
     call_steps,
     log,
 )
+from ..worker.base import listen_refused, settings_signature
+from ..worker.dispatch import COUNTED_BY_BATCH
 from ..worker.steps import (
     HARD_STOP,
     Acquire,
@@ -100,6 +103,10 @@ from ..worker.steps import (
 from ..worker.timeouts import handle_timed_async, run_plain_async
 from .client import connect
 
+if TYPE_CHECKING:
+    from ..worker.base import Unpack
+    from ..worker.settings import WorkerOptions
+
 __all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
 
 
@@ -112,15 +119,11 @@ class AsyncJob(Job):
 
 @dataclass
 class _PendingCommit:
-    """A handled job whose success waits for the group commit; fut gets _commit_steps' result."""
+    """A handled job whose success waits for the group commit; fut gets Dispatch.commit_reserve_steps' result."""
 
     job: Job
     chain: bool
     fut: asyncio.Future
-
-
-# The ok of a job whose batch lost reservations without saying which: the batch logged and counted.
-_COUNTED_BY_BATCH = object()
 
 
 async def _wait_event(event: asyncio.Event, timeout: float | None) -> bool:
@@ -195,172 +198,106 @@ class _AsyncConnection:
     )
 
 
-class AsyncWorker(WorkerBase):
-    """Runs async handlers for messages of one or more queues as asyncio tasks.
-    See the module docstring; the settings are pyqueue_sql.Worker's, plus `connections`."""
+class _LoopEvents:
+    """The event loop's events, set from the run state's thread-safe ones (stop() may come from
+    any thread or a signal handler): stop, hard (the hard stop), freed (a handler's slot was
+    freed), watch (a progress to write)."""
 
-    runtime = "asyncio"
-    _job_type = AsyncJob
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.watch: asyncio.Event | None = None
 
-    def __init__(
-        self, dsn: str, *, connections: int | None = None, commit_reserve: bool | None = None, **settings: Any
-    ) -> None:
-        # Successes are acknowledged in batches by the completer (see Worker); commit_reserve=True
-        # chains each success with the reserve of a next message instead (the group commit).
-        super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
-        self.connections = min(self.settings.concurrency, 4) if connections is None else connections
-        if self.connections < 1:
-            raise errors.InvalidArgumentError("connections must be at least 1")
+    def begin(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stop, self.hard, self.freed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self.watch = asyncio.Event()
 
-    def _setup(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task] = set()
-        self._heartbeat_conn: _AsyncConnection | None = None
-        self._signals_installed: list[int] = []
-        self._commits: list[_PendingCommit] = []
-        self._acks: list[tuple[Job, float]] = []
-        self._acks_closed = False
-        self._awatch: asyncio.Event | None = None  # wakes the watcher: a progress to write
+    def mirror(self) -> None:
+        """Sets the loop's events from the thread-safe ones."""
+        if self.state.stopping.is_set():
+            self.stop.set()
+            self.freed.set()
+        if self.state.hard_stop.is_set():
+            self.hard.set()
 
-    def _jobs(self) -> list[Job]:
-        return list(self._inflight.copy().values())
-
-    def _wake(self) -> None:
-        loop = self._loop
+    def wake(self) -> None:
+        """Makes the loop's waits notice a stop (from any thread, or a signal handler)."""
+        loop = self.loop
         if loop is None:
             return
         try:
-            loop.call_soon_threadsafe(self._mirror_events)
+            loop.call_soon_threadsafe(self.mirror)
         except RuntimeError:  # the loop closed meanwhile: nothing waits any more
             pass
 
-    def _mirror_events(self) -> None:
-        """Sets the loop's events from the thread-safe ones (stop() may come from any thread)."""
-        if self.state.stopping.is_set():
-            self._astop.set()
-            self._freed.set()
-        if self.state.hard_stop.is_set():
-            self._ahard.set()
-
-    def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT on the running loop: the first stops gracefully, a second one stops at once."""
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.shutdown.on_signal, signum)
-            self._signals_installed.append(signum)
-
-    def _remove_signal_handlers(self) -> None:
-        loop = self._loop
-        while self._signals_installed and loop is not None:
-            loop.remove_signal_handler(self._signals_installed.pop())
-
-    async def run(self, *, install_signals: bool | None = None) -> bool:
-        """Runs until stop(); handles SIGTERM/SIGINT when the loop runs in the main thread.
-
-        Returns True when it stopped cleanly, False when handlers were still
-        running at the shutdown deadline or a forced stop abandoned them (listed
-        in ``self.unfinished``; their messages come back when their lease ends)."""
-        return await self._steps(self._run_steps(install_signals), None)
-
-    # -- the run's operations (WorkerBase._run_steps) ------------------------------------------
-    async def _begin(self, op: Begin, conn: Any) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._astop, self._ahard, self._freed = asyncio.Event(), asyncio.Event(), asyncio.Event()
-        self._awatch = asyncio.Event()
-
-    async def _open(self, op: Open, conn: Any) -> _AsyncConnection:
-        on_connect = self._on_dispatcher_connect if op.dispatcher else None
-        return _AsyncConnection(self, op.role, on_connect=on_connect)
-
-    async def _on(self, op: On, conn: Any) -> Any:
-        return await self._steps(op.steps, op.conn)
-
-    async def _shut(self, op: Shut, conn: Any) -> None:
-        return await op.conn.close()
-
-    async def _start_runners(self, op: StartRunners, conn: Any) -> None:
-        self._pool: asyncio.Queue[_AsyncConnection] = asyncio.Queue()
-        for _ in range(self.connections):
-            self._pool.put_nowait(_AsyncConnection(self, "handler"))
-        self._commits_ready = asyncio.Event()
-        self._acks_ready, self._acks_full = asyncio.Event(), asyncio.Event()
-        self._acks_closed = False
-        self._completer_task = asyncio.create_task(self._completer(), name="pyqueue-completer")
-        self._waiting: collections.deque[Job] = collections.deque()  # prefetched, for the next free task
-        self._handler_tasks = 0  # running handler tasks
-        self._committers = [
-            asyncio.create_task(self._committer(), name=f"pyqueue-committer-{i}")
-            for i in range(self.connections)
-        ]
-        self._heartbeat_conn = _AsyncConnection(self, "heartbeat")
-        self._heartbeat = asyncio.create_task(
-            self._loop_on(self._heartbeat_conn, self.registry.heartbeat_loop_steps()),
-            name="pyqueue-heartbeat",
-        )
-        self._watcher = asyncio.create_task(
-            self._loop_on(_AsyncConnection(self, "watch"), self.watch.loop_steps()), name="pyqueue-watch"
-        )
-
-    async def _stop_runners(self, op: StopRunners, conn: Any) -> None:
-        await self._shutdown()
-        committers, completer = self._committers, self._completer_task
-        for committer in committers:  # every handler task has finished: nothing left to commit
-            committer.cancel()
-        await asyncio.gather(*committers, return_exceptions=True)
-        # ...and the completer flushes the successes still waiting for their acknowledgement.
-        self._acks_closed = True
-        self._acks_ready.set()
-        self._acks_full.set()  # ends the completer's wait for more
-        await asyncio.wait({completer}, timeout=max(self.settings.shutdown_timeout, 5.0))
-        self.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
-        self._ahard.set()
-        completer.cancel()
-        self._awatch.set()
-        await asyncio.wait({self._heartbeat, self._watcher}, timeout=5)
-        self._heartbeat.cancel()
-        self._watcher.cancel()
-
-    async def _finish(self, op: Finish, conn: Any) -> None:
-        while not self._pool.empty():
-            await self._pool.get_nowait().close()
-
-    def _stopping_now(self) -> None:
-        self._mirror_events()
-
-    def _ended(self) -> None:
-        self._remove_signal_handlers()
-        self._loop = None
-
-    async def _run_async_hooks(self, hooks: list[Callable[[Any], Any]], what: str | None) -> None:
-        for hook in hooks:
+    def progress_set(self) -> None:
+        """Wakes the watcher to write a progress (Job.set_progress, from any thread)."""
+        loop, event = self.loop, self.watch
+        if loop is not None and event is not None:
             try:
-                await _maybe_await(hook(self))
-            except Exception:
-                if what is None:
-                    raise
-                log.exception("%s hook failed", what)
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the loop has closed
+                pass
 
-    # -- the operations of the loops' steps -----------------------------------------------
-    def _steps(self, steps: Any, conn: _AsyncConnection | None) -> Awaitable[Any]:
-        return run_steps_async(steps, lambda op: self._execute(op, conn))
 
-    def _nested(self, steps: Any) -> Awaitable[Any]:
-        return self._steps(steps, None)
+class _HandlerTasks:
+    """The handler tasks: up to `concurrency` at once, each runs its message (Dispatch.serve_steps)
+    and those its commits reserve, then the prefetched ones that wait; how a handler is called
+    (a coroutine as a task of its own that a cancel cancels, a plain function on a runner thread);
+    and, at the stop, the wait for them until the deadline."""
 
-    async def _call(self, op: RetriedCall, conn: _AsyncConnection | None) -> Any:
-        if conn is None:  # a handler task: one of the shared connections
-            return await self._pooled(op)
-        return await conn.run(op, give_up=self._ahard if op.hard else self._astop)
+    def __init__(self, worker: AsyncWorker) -> None:
+        self.settings = worker.settings
+        self.state = worker.state
+        self.events = worker.events
+        self.runners = worker._runners
+        self.shutdown = worker.shutdown
+        self.inflight = worker._inflight  # the worker's, shared
+        self.run = worker._steps
+        self.execute = worker._execute
+        self.serve_steps = worker.dispatch.serve_steps
+        self.tasks: set[asyncio.Task] = set()
+        self.waiting: collections.deque[Job] = collections.deque()  # prefetched, for the next free task
+        self.running = 0  # running handler tasks
 
-    async def _listen(self, op: Listen, conn: _AsyncConnection) -> bool:
-        return await conn.run(
-            lambda db: self._nested(self.reserve_loop.listen_steps(db, op.deadline)), give_up=self._astop
-        )
+    def start_jobs(self, jobs: list[Job]) -> None:
+        progress_set = self.events.progress_set
+        for job in jobs:
+            job.on_progress = progress_set
+            self.inflight[(job.queue, job.key, job.kind)] = job
+            if self.running >= self.settings.concurrency:
+                self.waiting.append(job)  # prefetched: the next task that is free runs it
+                continue
+            self.running += 1
+            task = asyncio.create_task(self.serve(job), name=f"pyqueue-handler {job.queue}/{job.key}")
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
 
-    async def _notifications(self, op: Notifications, conn: Any) -> list:
-        return await self.dialect.listener.wait_for_notification_async(op.db.connection, op.seconds)
+    async def serve(self, job: Job | None) -> None:
+        """A handler task: runs its message (and those its commits reserve), then the prefetched
+        ones that wait, until none is left."""
+        execute, handle, in_use = self.execute, self.handle, tracing.in_use
 
-    async def _cancellable(self, job: Job, coro: Any) -> Any:
+        def run(op: Any) -> Awaitable[Any]:
+            # a job's two operations (Handle, Acquire) without the table's lookup: once a job each
+            kind = type(op)
+            if kind is Handle:
+                if in_use() is None:  # no OpenTelemetry: no span (tracing.handle_traced_async)
+                    return handle(op)
+                return tracing.handle_traced_async(op.job, lambda: handle(op))
+            if kind is Acquire:
+                return op.lock.acquire()
+            return execute(op, None)
+
+        try:
+            while job is not None:
+                await run_steps_async(self.serve_steps(job), run)
+                job = self.waiting.popleft() if self.waiting else None
+        finally:
+            self.running -= 1
+
+    async def cancellable(self, job: Job, coro: Any) -> Any:
         """Awaits a handler's coroutine as a task of its own, which a cancel of the job cancels
         (job.on_cancel, from any thread); a cancel of the awaiting task cancels it too."""
         loop = asyncio.get_running_loop()
@@ -373,146 +310,166 @@ class AsyncWorker(WorkerBase):
                 pass
 
         job.on_cancel = cancel
-        if job.cancel_requested.is_set():
+        if job._cancel_asked():
             task.cancel()
         try:
             return await task
         finally:
             job.on_cancel = None
 
-    async def _handle(self, op: Handle, conn: Any) -> BaseException | None:
-        # inside the job's span when OpenTelemetry is installed (pyqueue_sql.tracing)
-        return await tracing.handle_traced_async(op.job, lambda: self._handle_untraced(op, conn))
-
-    async def _handle_untraced(self, op: Handle, conn: Any) -> BaseException | None:
+    async def handle(self, op: Handle) -> BaseException | None:
         job = op.job
         if op.timeout is not None:
-            return await handle_timed_async(op, self._cancellable, self._runners)
+            return await handle_timed_async(op, self.cancellable, self.runners)
         try:
-            if job.runs_async:
-                job.result = await self._cancellable(job, op.fn(job))
+            if job.runs_async:  # as cancellable does, inline (once a job)
+                loop = asyncio.get_running_loop()
+                coro = op.fn(job)
+                # a coroutine function's coroutine: its task made at once (ensure_future's checks
+                # are for other awaitables)
+                task = (
+                    loop.create_task(coro)
+                    if type(coro) is types.CoroutineType
+                    else asyncio.ensure_future(coro)
+                )
+
+                def cancel() -> None:
+                    try:
+                        loop.call_soon_threadsafe(task.cancel)
+                    except RuntimeError:  # the loop has closed
+                        pass
+
+                job.on_cancel = cancel
+                if job._cancel_asked():
+                    task.cancel()
+                try:
+                    job.result = await task
+                finally:
+                    job.on_cancel = None
             else:
                 # a plain function: on a runner thread (worker/runners.py), so that it does not block
                 # the loop; up to `concurrency` of them at once (asyncio's default executor would
                 # run at most min(32, CPUs + 4))
-                error, result = await run_plain_async(self._runners, op.fn, job)
+                error, result = await run_plain_async(self.runners, op.fn, job)
                 if error is not None:
                     return error
                 if inspect.isawaitable(result):
                     job.runs_async = True
-                    result = await self._cancellable(job, result)
+                    result = await self.cancellable(job, result)
                 job.result = result
         except BaseException as exc:
             return exc
         return None
 
-    async def _commit(self, op: Commit, conn: Any) -> Any:
+    async def drain(self, deadline: float) -> None:
+        """The stop: the prefetched messages go back at once (whatever the handlers do), the
+        running handlers get until the deadline, then the rest are cancelled."""
+        while self.waiting:
+            task = asyncio.create_task(self.run(self.serve_steps(self.waiting.popleft()), None))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        report_at = time.monotonic()
+        forced = asyncio.ensure_future(self.events.hard.wait())
+        try:
+            while self.tasks and not self.state.hard_stop.is_set():
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                report_at = self.shutdown.report_stopping(deadline, report_at)
+                await asyncio.wait(
+                    {*self.tasks, forced},
+                    timeout=min(1.0, deadline - now),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+        finally:
+            forced.cancel()
+        self.shutdown.abandon_the_rest()
+        self.events.mirror()
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Commits:
+    """The acknowledgement of the handlers' successes: the completer (Dispatch.ack_steps in batches,
+    as Worker's) and, with commit_reserve, the group commit of the chained ones (the committers).
+    put() is what Dispatch calls with a success to acknowledge later; commit() the Commit step."""
+
+    def __init__(self, settings: Any, stats: WorkerStats) -> None:
+        self.settings = settings
+        self.stats = stats
+        self.acks: list[tuple[Job, float]] = []
+        self.acks_closed = False
+        self.commits: list[_PendingCommit] = []
+        self.put = self._put  # what Dispatch calls, once a success: (job, elapsed_ms)
+
+    def start(self, worker: AsyncWorker) -> None:
+        """Starts the completer and `connections` committers on the running loop."""
+        self.dispatch = worker.dispatch
+        self.routes = worker.routes
+        self.job_type = worker._job_type
+        self.run = worker._steps
+        self.pooled = worker.pool.run
+        self.commits_ready = asyncio.Event()
+        self.acks_ready, self.acks_full = asyncio.Event(), asyncio.Event()
+        self.acks_closed = False
+        # Its role in the logs and metrics is "handler", as the shared connections of the handler tasks.
+        self.completer = asyncio.create_task(
+            self._completer(_AsyncConnection(worker, "handler")), name="pyqueue-completer"
+        )
+        self.committers = [
+            asyncio.create_task(self._committer(), name=f"pyqueue-committer-{i}")
+            for i in range(worker.connections)
+        ]
+
+    async def close(self, timeout: float) -> None:
+        """Every handler task has finished: the committers end, the completer flushes what is
+        left (up to timeout seconds), then ends."""
+        committers, completer = self.committers, self.completer
+        for committer in committers:  # nothing left to commit
+            committer.cancel()
+        await asyncio.gather(*committers, return_exceptions=True)
+        self.acks_closed = True
+        self.acks_ready.set()
+        self.acks_full.set()  # ends the completer's wait for more
+        await asyncio.wait({completer}, timeout=timeout)
+
+    def cancel(self) -> None:
+        self.completer.cancel()
+
+    def _put(self, job: Job, elapsed_ms: float) -> None:
+        self.acks.append((job, elapsed_ms))
+        self.acks_ready.set()
+        if len(self.acks) >= self.settings.ack_batch:
+            self.acks_full.set()
+
+    async def commit(self, op: Commit) -> Any:
         pending = _PendingCommit(op.job, op.chain, asyncio.get_running_loop().create_future())
-        self._commits.append(pending)
-        self._commits_ready.set()
+        self.commits.append(pending)
+        self.commits_ready.set()
         return await pending.fut
 
-    async def _acquire(self, op: Acquire, conn: Any) -> bool:
-        return await op.lock.acquire()
-
-    async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
-        while len(self._inflight) >= self.reserve_loop.refill_at() and not self.state.stopping.is_set():
-            self._freed.clear()
-            await _wait_event(self._freed, 1.0)
-
-    async def _sleep(self, op: Sleep, conn: Any) -> bool:
-        return await _wait_event(self._astop, op.seconds)
-
-    async def _wait(self, op: Wait, conn: Any) -> bool:
-        if op.event is HARD_STOP:
-            return await _wait_event(self._ahard, op.seconds)
-        event = self._awatch
-        woke = await _wait_event(event, op.seconds)
-        event.clear()
-        return woke
-
-    async def _hooks(self, op: Hooks, conn: Any) -> None:
-        return await self._run_async_hooks(op.hooks, op.what)
-
-    async def _reconnect(self, op: Reconnect, conn: _AsyncConnection) -> None:
-        return await conn.close()
-
-    _execute = dispatcher(
-        {
-            RetriedCall: _call,
-            Listen: _listen,
-            Notifications: _notifications,
-            Handle: _handle,
-            Commit: _commit,
-            Acquire: _acquire,
-            WaitSlots: _wait_slots,
-            Sleep: _sleep,
-            Wait: _wait,
-            Hooks: _hooks,
-            Reconnect: _reconnect,
-            Begin: _begin,
-            Open: _open,
-            On: _on,
-            Shut: _shut,
-            StartRunners: _start_runners,
-            StopRunners: _stop_runners,
-            Finish: _finish,
-        }
-    )
-
-    async def _pooled(self, fn: Callable[[Any], Awaitable[Any]]) -> Any:
-        """Runs fn(db) on one of the handler tasks' connections (waits for a free one)."""
-        conn = await self._pool.get()
-        try:
-            return await conn.run(fn, give_up=self._ahard)
-        finally:
-            self._pool.put_nowait(conn)
-
-    # -- group commit ----------------------------------------------------------------
-    def _commit_steps(self, job: Job, chain: bool):
-        """A success that chains goes to the committers (see _commit_group), with the same result
-        as WorkerBase._commit_steps; any other to the completer, as there."""
-        if not chain:
-            return (yield from super()._commit_steps(job, chain))
-        return (yield Commit(job, chain))
-
-    def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
-        if ok is not _COUNTED_BY_BATCH:
-            super()._committed(job, ok, elapsed_ms)
-
-    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
-        self._acks.append((job, elapsed_ms))
-        self._acks_ready.set()
-        if len(self._acks) >= self.settings.ack_batch:
-            self._acks_full.set()
-
-    async def _completer(self) -> None:
-        """Acknowledges the handlers' successes (see Worker._completer_loop): once one waits, up
-        to ack_interval for more (at most ack_batch), then one flush (Dispatch._ack_steps) on its
-        own connection; until run() closes it after the last handler task, flushing the rest."""
-        # Its role in the logs and metrics is "handler", as the shared connections of the handler tasks.
-        conn = _AsyncConnection(self, "handler")
+    async def _completer(self, conn: _AsyncConnection) -> None:
+        """Acknowledges the handlers' successes (see Worker's Completer): once one waits, up to
+        ack_interval for more (at most ack_batch), then one flush (Dispatch.ack_steps) on its own
+        connection; until close() after the last handler task, flushing the rest."""
+        settings = self.settings
         try:
             while True:
-                await self._acks_ready.wait()
-                if not self._acks and self._acks_closed:
+                await self.acks_ready.wait()
+                if not self.acks and self.acks_closed:
                     return
-                if (
-                    self.settings.ack_interval > 0
-                    and len(self._acks) < self.settings.ack_batch
-                    and not self._acks_closed
-                ):
-                    await _wait_event(self._acks_full, self.settings.ack_interval)
-                batch, self._acks = (
-                    self._acks[: self.settings.ack_batch],
-                    self._acks[self.settings.ack_batch :],
-                )
-                if len(self._acks) < self.settings.ack_batch:
-                    self._acks_full.clear()
-                if not self._acks and not self._acks_closed:
-                    self._acks_ready.clear()
+                if settings.ack_interval > 0 and len(self.acks) < settings.ack_batch and not self.acks_closed:
+                    await _wait_event(self.acks_full, settings.ack_interval)
+                batch, self.acks = self.acks[: settings.ack_batch], self.acks[settings.ack_batch :]
+                if len(self.acks) < settings.ack_batch:
+                    self.acks_full.clear()
+                if not self.acks and not self.acks_closed:
+                    self.acks_ready.clear()
                 if batch:
-                    await self._steps(self._ack_steps(batch), conn)
+                    await self.run(self.dispatch.ack_steps(batch), conn)
         finally:
             await conn.close()
 
@@ -520,9 +477,9 @@ class AsyncWorker(WorkerBase):
         """Commits whatever successes are pending each time it is free; `connections` of them run
         at once, so the successes that finish while they are busy are committed together."""
         while True:
-            await self._commits_ready.wait()
-            batch, self._commits = self._commits, []
-            self._commits_ready.clear()
+            await self.commits_ready.wait()
+            batch, self.commits = self.commits, []
+            self.commits_ready.clear()
             by_queue: dict[str, list[_PendingCommit]] = {}
             for pending in batch:
                 by_queue.setdefault(pending.job.queue, []).append(pending)
@@ -536,17 +493,18 @@ class AsyncWorker(WorkerBase):
                         raise
 
     async def _commit_group(self, entries: list[_PendingCommit]) -> None:
-        """Commits the successes of one queue: a lone one as WorkerBase._commit_steps does; several
-        with one queue_commit_batch and, when they chain, one queue_commit_reserve at the same time
-        (on another connection: the two touch different rows) that commits one of them and reserves
-        a next message for each that chains."""
+        """Commits the successes of one queue: a lone one as Dispatch.commit_reserve_steps does;
+        several with one queue_commit_batch and, when they chain, one queue_commit_reserve at the
+        same time (on another connection: the two touch different rows) that commits one of them
+        and reserves a next message for each that chains."""
+        chains = self.dispatch.chains(False)
         if len(entries) == 1:
             one = entries[0]
-            result = await self._nested(super()._commit_steps(one.job, one.chain and self._chains(False)))
+            result = await self.run(self.dispatch.commit_reserve_steps(one.job, one.chain and chains), None)
             _resolve(one, result)
             return
         q = entries[0].job.queue
-        chained = [e for e in entries if e.chain] if self._chains(False) else []
+        chained = [e for e in entries if e.chain] if chains else []
         lead = chained[0] if chained else None
         rest = [e for e in entries if e is not lead]
 
@@ -577,18 +535,18 @@ class AsyncWorker(WorkerBase):
     async def _commit_reserve(self, lead: _PendingCommit, n: int) -> tuple[bool, list[Job]]:
         """Commits lead's reservation and reserves up to n next messages of its queue in one call."""
         q = lead.job.queue
-        args = dict(self._commit_reserve_args(self.routes[q]), n=n)
-        ok, rows = await self._pooled(RetriedCall("commit_reserve", q, (lead.job.reservation,), args))
+        args = dict(self.dispatch.commit_reserve_args(self.routes[q]), n=n)
+        ok, rows = await self.pooled(RetriedCall("commit_reserve", q, (lead.job.reservation,), args))
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
-        return bool(ok), [self._job_type(r) for r in rows]
+        return bool(ok), [self.job_type(r) for r in rows]
 
     async def _commit_many(self, q: str, entries: list[_PendingCommit]) -> Any:
         """Commits entries' reservations in one call: True when every one still held; else (as the
-        call does not say which ones lapsed) counts and logs the batch, and _COUNTED_BY_BATCH."""
+        call does not say which ones lapsed) counts and logs the batch, and COUNTED_BY_BATCH."""
         if len(entries) == 1:
-            return await self._pooled(RetriedCall("commit", q, (entries[0].job.reservation,)))
-        held = await self._pooled(RetriedCall("commit_many", q, ([e.job.reservation for e in entries],)))
+            return await self.pooled(RetriedCall("commit", q, (entries[0].job.reservation,)))
+        held = await self.pooled(RetriedCall("commit_many", q, ([e.job.reservation for e in entries],)))
         if held == len(entries):
             return True
         self.stats.succeeded += held
@@ -602,107 +560,269 @@ class AsyncWorker(WorkerBase):
             ", ".join(f"{e.job.key}/{e.job.kind}" for e in entries),
             extra={"event": "lost", "queue": q, "n": len(entries) - held},
         )
-        return _COUNTED_BY_BATCH
+        return COUNTED_BY_BATCH
+
+
+class _Pool:
+    """The connections the handler tasks share (`connections` of them) for their failures,
+    hand-backs and chained commits."""
+
+    def __init__(self, worker: AsyncWorker, n: int) -> None:
+        self.conns: asyncio.Queue[_AsyncConnection] = asyncio.Queue()
+        for _ in range(n):
+            self.conns.put_nowait(_AsyncConnection(worker, "handler"))
+        self.give_up = worker.events.hard
+
+    async def run(self, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Runs fn(db) on one of the connections (waits for a free one)."""
+        conn = await self.conns.get()
+        try:
+            return await conn.run(fn, give_up=self.give_up)
+        finally:
+            self.conns.put_nowait(conn)
+
+    async def close(self) -> None:
+        while not self.conns.empty():
+            await self.conns.get_nowait().close()
+
+
+class _RunTasks:
+    """The tasks of an AsyncWorker's run beside the handler tasks, each with its own connection:
+    the heartbeat and the watcher; and, at the stop, the wait for the handler tasks, the give-back
+    of the abandoned messages, the completer's last flush, then the end of the others."""
+
+    def __init__(self, worker: AsyncWorker) -> None:
+        self.worker = worker
+
+    def start(self) -> None:
+        w = self.worker
+        w._heartbeat_conn = _AsyncConnection(w, "heartbeat")
+        self.heartbeat = asyncio.create_task(
+            self.loop_on(w._heartbeat_conn, w.registry.heartbeat_loop_steps()), name="pyqueue-heartbeat"
+        )
+        self.watcher = asyncio.create_task(
+            self.loop_on(_AsyncConnection(w, "watch"), w.watch.loop_steps()), name="pyqueue-watch"
+        )
+
+    async def loop_on(self, conn: _AsyncConnection, steps: Any) -> None:
+        """A task's loop: its steps on its own connection, closed when they end."""
+        try:
+            await self.worker._steps(steps, conn)
+        finally:
+            await conn.close()
+
+    async def stop(self) -> None:
+        w = self.worker
+        # Tasks that had not started their handler hand their message back at once (they see
+        # state.stopping); running ones get until the deadline.
+        deadline = time.monotonic() + w.settings.shutdown_timeout
+        w._stop_deadline = deadline
+        await w.handlers.drain(deadline)
+        if w.shutdown.abandoned:
+            shut = _AsyncConnection(w, "shutdown")
+            try:
+                await w._steps(w.shutdown.give_back_abandoned_steps(), shut)
+            finally:
+                await shut.close()
+        # every handler task has finished: the completer flushes the successes still waiting
+        await w.completer.close(timeout=max(w.settings.shutdown_timeout, 5.0))
+        w.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+        w.events.hard.set()
+        w.completer.cancel()
+        w.events.watch.set()
+        await asyncio.wait({self.heartbeat, self.watcher}, timeout=5)
+        self.heartbeat.cancel()
+        self.watcher.cancel()
+
+
+class AsyncWorker(WorkerBase):
+    """Runs async handlers for messages of one or more queues as asyncio tasks.
+    See the module docstring; the settings are pyqueue_sql.Worker's, plus `connections`."""
+
+    runtime = "asyncio"
+    _job_type = AsyncJob
+    _group_commit = True
+
+    def __init__(
+        self, dsn: str, *, connections: int | None = None, **settings: Unpack[WorkerOptions]
+    ) -> None:
+        # Successes are acknowledged in batches by the completer (see Worker); commit_reserve=True
+        # chains each success with the reserve of a next message instead (the group commit).
+        settings["commit_reserve"] = bool(settings.get("commit_reserve"))
+        super().__init__(dsn, **settings)
+        self.connections = min(self.settings.concurrency, 4) if connections is None else connections
+        if self.connections < 1:
+            raise errors.InvalidArgumentError("connections must be at least 1")
+        self.handlers = _HandlerTasks(self)
+
+    def _setup(self) -> None:
+        self._heartbeat_conn: _AsyncConnection | None = None
+        self._signals_installed: list[int] = []
+        self.events = _LoopEvents(self.state)
+        self._run_tasks = _RunTasks(self)
+        self.completer = _Commits(self.settings, self.state.stats)
+
+    def _wake(self) -> None:
+        self.events.wake()
+
+    def _start_jobs(self, jobs: list[Job]) -> None:
+        self.handlers.start_jobs(jobs)
+
+    def _release(self, job: Job, successors: list[Job] = ()) -> None:
+        self._inflight.pop((job.queue, job.key, job.kind), None)
+        for nxt in successors:
+            nxt.on_progress = self.events.progress_set
+            self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
+        self.events.freed.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT on the running loop: the first stops gracefully, a second one stops at once."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.shutdown.on_signal, signum)
+            self._signals_installed.append(signum)
+
+    async def run(self, *, install_signals: bool | None = None) -> bool:
+        """Runs until stop(); handles SIGTERM/SIGINT when the loop runs in the main thread.
+
+        Returns True when it stopped cleanly, False when handlers were still
+        running at the shutdown deadline or a forced stop abandoned them (listed
+        in ``self.unfinished``; their messages come back when their lease ends)."""
+        return await self._steps(self._run_steps(install_signals), None)
+
+    # -- the run's operations (WorkerBase._run_steps) ------------------------------------------
+    async def _begin(self, op: Begin, conn: Any) -> None:
+        self.events.begin()
+
+    async def _open(self, op: Open, conn: Any) -> _AsyncConnection:
+        on_connect = self._on_dispatcher_connect if op.dispatcher else None
+        return _AsyncConnection(self, op.role, on_connect=on_connect)
+
+    async def _on(self, op: On, conn: Any) -> Any:
+        return await self._steps(op.steps, op.conn)
+
+    async def _shut(self, op: Shut, conn: Any) -> None:
+        return await op.conn.close()
+
+    async def _start_runners(self, op: StartRunners, conn: Any) -> None:
+        self.pool = _Pool(self, self.connections)
+        self.completer.start(self)
+        self._run_tasks.start()
+
+    async def _stop_runners(self, op: StopRunners, conn: Any) -> None:
+        await self._run_tasks.stop()
+
+    async def _finish(self, op: Finish, conn: Any) -> None:
+        await self.pool.close()
+
+    def _stopping_now(self) -> None:
+        self.events.mirror()
+
+    def _ended(self) -> None:
+        loop = self.events.loop
+        while self._signals_installed and loop is not None:
+            loop.remove_signal_handler(self._signals_installed.pop())
+        self.events.loop = None
+
+    # -- the operations of the loops' steps -----------------------------------------------
+    def _steps(self, steps: Any, conn: _AsyncConnection | None) -> Awaitable[Any]:
+        return run_steps_async(steps, lambda op: self._execute(op, conn))
+
+    async def _call(self, op: RetriedCall, conn: _AsyncConnection | None) -> Any:
+        if conn is None:  # a handler task: one of the shared connections
+            return await self.pool.run(op)
+        return await conn.run(op, give_up=self.events.hard if op.hard else self.events.stop)
+
+    async def _listen(self, op: Listen, conn: _AsyncConnection) -> bool:
+        return await conn.run(
+            lambda db: self._steps(self.reserve_loop.listen_steps(db, op.deadline), None),
+            give_up=self.events.stop,
+        )
+
+    async def _notifications(self, op: Notifications, conn: Any) -> list:
+        return await self.dialect.listener.wait_for_notification_async(op.db.connection, op.seconds)
+
+    async def _handle(self, op: Handle, conn: Any) -> BaseException | None:
+        # inside the job's span when OpenTelemetry is installed (pyqueue_sql.tracing)
+        return await tracing.handle_traced_async(op.job, lambda: self.handlers.handle(op))
+
+    async def _commit(self, op: Commit, conn: Any) -> Any:
+        return await self.completer.commit(op)
+
+    async def _acquire(self, op: Acquire, conn: Any) -> bool:
+        return await op.lock.acquire()
+
+    async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
+        freed = self.events.freed
+        while len(self._inflight) >= self.reserve_loop.refill_at() and not self.state.stopping.is_set():
+            freed.clear()
+            await _wait_event(freed, 1.0)
+
+    async def _sleep(self, op: Sleep, conn: Any) -> bool:
+        return await _wait_event(self.events.stop, op.seconds)
+
+    async def _wait(self, op: Wait, conn: Any) -> bool:
+        if op.event is HARD_STOP:
+            return await _wait_event(self.events.hard, op.seconds)
+        event = self.events.watch
+        woke = await _wait_event(event, op.seconds)
+        event.clear()
+        return woke
+
+    async def _hooks(self, op: Hooks, conn: Any) -> None:
+        for hook in op.hooks:
+            try:
+                await _maybe_await(hook(self))
+            except Exception:
+                if op.what is None:
+                    raise
+                log.exception("%s hook failed", op.what)
+
+    async def _reconnect(self, op: Reconnect, conn: _AsyncConnection) -> None:
+        return await conn.close()
+
+    _execute = dispatcher(
+        {
+            RetriedCall: _call,
+            Listen: _listen,
+            Notifications: _notifications,
+            Handle: _handle,
+            Commit: _commit,
+            Acquire: _acquire,
+            WaitSlots: _wait_slots,
+            Sleep: _sleep,
+            Wait: _wait,
+            Hooks: _hooks,
+            Reconnect: _reconnect,
+            Begin: _begin,
+            Open: _open,
+            On: _on,
+            Shut: _shut,
+            StartRunners: _start_runners,
+            StopRunners: _stop_runners,
+            Finish: _finish,
+        }
+    )
 
     # -- dispatcher ------------------------------------------------------------
     async def _on_dispatcher_connect(self, db: Any) -> None:
         if self.use_listen:
             if await self.dialect.listener.shares_sessions_async(db.connection, self.dsn_for("dispatcher")):
-                raise self._listen_refused()
+                raise listen_refused(self)
             channels = [await db.queue(q).channel() for q in self.routes]
             await self.dialect.listener.listen_async(db.connection, channels)
             self.state.channels = dict(zip(channels, self.routes))
         # After a (re)connect, anything pushed meanwhile must be looked at.
         self.state.wake_queues.update(self.routes)
 
-    def _progress_set(self) -> None:
-        """Wakes the watcher to write a progress (Job.set_progress, from any thread)."""
-        loop, event = self._loop, self._awatch
-        if loop is not None and event is not None:
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # the loop has closed
-                pass
-
-    def _start_jobs(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            job.on_progress = self._progress_set
-            self._inflight[(job.queue, job.key, job.kind)] = job
-            if self._handler_tasks >= self.settings.concurrency:
-                self._waiting.append(job)  # prefetched: the next task that is free runs it
-                continue
-            self._handler_tasks += 1
-            task = asyncio.create_task(self._serve(job), name=f"pyqueue-handler {job.queue}/{job.key}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _serve(self, job: Job | None) -> None:
-        """A handler task: runs its message (and those its commits reserve), then the prefetched
-        ones that wait, until none is left. Up to `concurrency` of them run at once."""
-        try:
-            while job is not None:
-                await self._steps(self._serve_steps(job), None)
-                job = self._waiting.popleft() if self._waiting else None
-        finally:
-            self._handler_tasks -= 1
-
-    def _release(self, job: Job, successors: list[Job] = ()) -> None:
-        self._inflight.pop((job.queue, job.key, job.kind), None)
-        for nxt in successors:
-            nxt.on_progress = self._progress_set
-            self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
-        self._freed.set()
-
-    # -- the watcher (worker/watch.py) and the heartbeat (worker/registry.py) ---------------
-    async def _loop_on(self, conn: _AsyncConnection, steps: Any) -> None:
-        """A task's loop: its steps on its own connection, closed when they end."""
-        try:
-            await self._steps(steps, conn)
-        finally:
-            await conn.close()
-
     async def heartbeat_run(self, fn: Callable[[Any], Awaitable[Any]]) -> Any:
         """For on_heartbeat hooks: awaits fn(db) on the heartbeat connection,
         reconnecting and retrying on connection loss."""
         if self._heartbeat_conn is None:
             raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
-        return await self._heartbeat_conn.run(fn, give_up=self._ahard)
+        return await self._heartbeat_conn.run(fn, give_up=self.events.hard)
 
-    # -- shutdown --------------------------------------------------------------------
-    async def _shutdown(self) -> None:
-        # Tasks that had not started their handler hand their message back at once
-        # (they see state.stopping); running ones get until the deadline.
-        deadline = time.monotonic() + self.settings.shutdown_timeout
-        self._stop_deadline = deadline
-        while self._waiting:  # prefetched messages go back at once, whatever the handlers do
-            task = asyncio.create_task(self._steps(self._serve_steps(self._waiting.popleft()), None))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        report_at = time.monotonic()
-        forced = asyncio.ensure_future(self._ahard.wait())
-        try:
-            while self._tasks and not self.state.hard_stop.is_set():
-                now = time.monotonic()
-                if now >= deadline:
-                    break
-                report_at = self.shutdown.report_stopping(deadline, report_at)
-                await asyncio.wait(
-                    {*self._tasks, forced},
-                    timeout=min(1.0, deadline - now),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-        finally:
-            forced.cancel()
-        self.shutdown.abandon_the_rest()
-        self._mirror_events()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if self.shutdown.abandoned:
-            conn = _AsyncConnection(self, "shutdown")
-            try:
-                await self._steps(self.shutdown.give_back_abandoned_steps(), conn)
-            finally:
-                await conn.close()
+
+AsyncWorker.__init__.__signature__ = settings_signature(  # type: ignore[attr-defined]
+    inspect.Parameter("connections", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None")
+)

@@ -789,7 +789,7 @@ def add_worker(command: Command) -> None:
     p.add_argument(
         "--listen",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=WorkerSettings.listen,
         help="PostgreSQL: wait for pushes with LISTEN (default on); --no-listen long-polls instead, "
         "as behind a transaction pooler without --listen-dsn",
     )
@@ -838,7 +838,7 @@ def add_worker(command: Command) -> None:
     p.add_argument(
         "--register",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=WorkerSettings.register,
         help="register in the worker registry (`pyqueue-sql workers`), heartbeat it and "
         "deregister on stop (default on)",
     )

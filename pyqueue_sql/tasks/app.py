@@ -512,12 +512,6 @@ class App:
         worker.on_thread_end.append(self.close)  # the connections its tasks opened on a thread
         return worker
 
-    def _pending_worker(self, queues: Sequence[str] | None, settings: dict[str, Any]) -> Any:
-        settings = {"concurrency": 1, "prefetch": 0, "register": False, "listen": False, **settings}
-        worker = self.worker(queues=queues, **settings)
-        worker.on_idle.append(lambda w: w.batches_idle() and w.stop(reason="no job ready"))
-        return worker
-
     def run_pending(
         self,
         *,
@@ -535,7 +529,7 @@ class App:
         run, and so on until the span is spent; then the rest of it passes. So ``run_pending(
         advance=timedelta(minutes=10))`` runs a job, its retries after their backoff and a job
         deferred with run_at in 5 minutes, in milliseconds. (Time in Python does not move.)"""
-        report, worker = self._pending_pass(queues, settings)
+        report, worker = _pending_pass(self, queues, settings)
         if advance is None:
             return report
         left = seconds_of(advance)
@@ -547,50 +541,60 @@ class App:
             step = min(waits, default=None)
             if step is None or step > left:
                 advance_clock(self._worker_database(), left)
-                report.jobs += self._pending_pass(queues, settings)[0].jobs
+                report.jobs += _pending_pass(self, queues, settings)[0].jobs
                 return report
             step = max(step, ADVANCE_MIN_STEP)
             advance_clock(self._worker_database(), step)
             left = max(0.0, left - step)
-            report.jobs += self._pending_pass(queues, settings)[0].jobs
+            report.jobs += _pending_pass(self, queues, settings)[0].jobs
         return report
-
-    def _pending_pass(self, queues: Sequence[str] | None, settings: dict[str, Any]) -> tuple[RunReport, Any]:
-        """run_pending without advance: (its report, the last pass's worker)."""
-        report = RunReport()
-        while True:
-            worker = self._pending_worker(queues, settings)
-            worker.on_outcome.append(report.note)
-            ran = len(report.jobs)
-            if inspect.iscoroutinefunction(worker.run):
-                asyncio.run(worker.run(install_signals=False))
-            else:
-                worker.run(install_signals=False)
-            if len(report.jobs) == ran or not self._ready_after_pass(worker):
-                return report, worker
 
     async def run_pending_async(self, *, queues: Sequence[str] | None = None, **settings: Any) -> RunReport:
         """run_pending inside a running event loop."""
         report = RunReport()
         while True:
-            worker = self._pending_worker(queues, settings)
+            worker = _pending_worker(self, queues, settings)
             worker.on_outcome.append(report.note)
             ran = len(report.jobs)
             if inspect.iscoroutinefunction(worker.run):
                 await worker.run(install_signals=False)
             else:  # a Worker (threads): run on a thread, so that the loop goes on meanwhile
                 await asyncio.to_thread(worker.run, install_signals=False)
-            if len(report.jobs) == ran or not await asyncio.to_thread(self._ready_after_pass, worker, True):
+            if len(report.jobs) == ran or not await asyncio.to_thread(_ready_after_pass, self, worker, True):
                 return report
 
-    def _ready_after_pass(self, worker: Any, own_connection: bool = False) -> bool:
-        """Whether a queue of a pass of run_pending that ran jobs has a ready one now: a job that
-        waited for one of them (after=) became ready in its commit, which the pass may have made
-        after its last reserve. Then run_pending makes another pass. (own_connection: on a
-        connection of its own, closed after: run_pending_async asks from a pool's thread.)"""
-        db: Any = connect(worker.dsn) if own_connection else self._worker_database()
-        try:
-            return any(db.queue(name).next_scheduled_at()[1] == 0 for name in worker.routes)
-        finally:
-            if own_connection:
-                db.close()
+
+# -- run_pending's passes ----------------------------------------------------------------
+def _pending_worker(app: App, queues: Sequence[str] | None, settings: dict[str, Any]) -> Any:
+    settings = {"concurrency": 1, "prefetch": 0, "register": False, "listen": False, **settings}
+    worker = app.worker(queues=queues, **settings)
+    worker.on_idle.append(lambda w: w.batches_idle() and w.stop(reason="no job ready"))
+    return worker
+
+
+def _pending_pass(app: App, queues: Sequence[str] | None, settings: dict[str, Any]) -> tuple[RunReport, Any]:
+    """run_pending without advance: (its report, the last pass's worker)."""
+    report = RunReport()
+    while True:
+        worker = _pending_worker(app, queues, settings)
+        worker.on_outcome.append(report.note)
+        ran = len(report.jobs)
+        if inspect.iscoroutinefunction(worker.run):
+            asyncio.run(worker.run(install_signals=False))
+        else:
+            worker.run(install_signals=False)
+        if len(report.jobs) == ran or not _ready_after_pass(app, worker):
+            return report, worker
+
+
+def _ready_after_pass(app: App, worker: Any, own_connection: bool = False) -> bool:
+    """Whether a queue of a pass of run_pending that ran jobs has a ready one now: a job that
+    waited for one of them (after=) became ready in its commit, which the pass may have made
+    after its last reserve. Then run_pending makes another pass. (own_connection: on a
+    connection of its own, closed after: run_pending_async asks from a pool's thread.)"""
+    db: Any = connect(worker.dsn) if own_connection else app._worker_database()
+    try:
+        return any(db.queue(name).next_scheduled_at()[1] == 0 for name in worker.routes)
+    finally:
+        if own_connection:
+            db.close()

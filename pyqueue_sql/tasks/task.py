@@ -382,6 +382,104 @@ def _parents_of(handles: Iterable[Any]) -> tuple[dict[str, str | None], ...]:
     return refs
 
 
+class _Arguments:
+    """How a task's arguments travel: each encoded as JSON by name and checked to come back as it
+    was (Task.payload), and read back for the function as its annotations say (Task.arguments,
+    with the decoders made here once per task: the worker's per-message path)."""
+
+    def __init__(self, task: Task[Any, Any]) -> None:
+        self.task = task
+        self.decoding: tuple[dict[str, type | Reader | None], frozenset[str], bool] | None = None
+        self.var_kw_reader: type | Reader | None = None
+
+    def encode_bound(self, bound: inspect.BoundArguments) -> dict[str, JSONValue]:
+        t = self.task
+        out: dict[str, JSONValue] = {}
+        for name, value in bound.arguments.items():
+            param = t.signature.parameters[name]
+            if param.kind is param.VAR_KEYWORD:
+                for k, v in value.items():
+                    out[k] = self.encode(k, v, t.hints.get(param.name, Any))
+            else:
+                out[name] = self.encode(name, value, t.hints.get(name, Any))
+        return out
+
+    def encode(self, name: str, value: object, hint: Hint) -> JSONValue:
+        t = self.task
+        if (
+            value is None
+            or type(value) in (str, int, bool)
+            or (type(value) is float and math.isfinite(value))
+        ):
+            read = self.reader_of(name)
+            if read is not None:
+                try:
+                    if type(read) is type:
+                        if type(value) is not read:
+                            raise Mismatch(read.__name__, value)
+                    else:
+                        read(value)
+                except Mismatch as m:
+                    raise errors.InvalidPayloadError(
+                        f"task {t.kind!r}: argument {name!r}{m.where} {m.text()}"
+                    ) from None
+            return value
+        try:
+            data = to_json(value)
+        except NotJson as exc:
+            raise errors.InvalidPayloadError(
+                f"task {t.kind!r}: argument {name!r} ({type_name(value)}) cannot be sent as JSON: {exc}"
+            ) from None
+        try:
+            back = from_json(data, hint)
+            same = back == value and type(back) is type(value)
+        except Mismatch as m:
+            raise errors.InvalidPayloadError(
+                f"task {t.kind!r}: argument {name!r}{m.where} {m.text()}"
+            ) from None
+        except Exception:
+            same = False
+        if not same:
+            raise errors.InvalidPayloadError(
+                f"task {t.kind!r}: argument {name!r} ({type_name(value)}) would not come back as it "
+                f"was from JSON (it would be {data!r}"
+                + ("" if hint is not Any else "; annotate the parameter with its type")
+                + ")"
+            )
+        return data
+
+    def reader_of(self, name: str) -> type | Reader | None:
+        readers, _, var_kw = self.decoders()
+        if name in readers:
+            return readers[name]
+        return self.var_kw_reader if var_kw else None
+
+    def decoders(self) -> tuple[dict[str, type | Reader | None], frozenset[str], bool]:
+        """Per parameter name, how its JSON value is checked and rebuilt (reader_for; a type: that
+        JSON-native type exactly; None: taken as it is); the required names; whether unknown names
+        go to a **kwargs. Made once per task: the worker's per-message path."""
+        if self.decoding is None:
+            t = self.task
+            readers: dict[str, type | Reader | None] = {}
+            required = set()
+            var_kw = False
+            for p in t.signature.parameters.values():
+                if p.kind is p.VAR_KEYWORD:
+                    var_kw = True
+                    self.var_kw_reader = exact_or_reader(t.hints.get(p.name, Any))
+                    continue
+                readers[p.name] = exact_or_reader(t.hints.get(p.name, Any))
+                if p.default is p.empty and (
+                    t.occurrence_parameter is None or p.name != t.occurrence_parameter[0]
+                ):
+                    required.add(p.name)
+            self.decoding = (readers, frozenset(required), var_kw)
+        return self.decoding
+
+    def mismatch(self, text: str) -> PayloadMismatchError:
+        return PayloadMismatchError(f"task {self.task.kind!r}: {text}")
+
+
 class Task(Generic[P, R]):
     """A function the app's workers run for each message of (queue, kind); see the module docstring.
 
@@ -412,8 +510,7 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         self._hints: dict[str, Hint] | None = None
-        self._decoding: tuple[dict[str, type | Reader | None], frozenset[str], bool] | None = None
-        self._var_kw_reader: type | Reader | None = None
+        self._arguments = _Arguments(self)  # how its arguments travel as JSON
         # (parameter, "datetime" | "timestamp"): where a periodic occurrence's time goes, when
         # the function asks for it (see App.periodic)
         self.occurrence_parameter: tuple[str, str] | None = None
@@ -441,7 +538,7 @@ class Task(Generic[P, R]):
         """Has the worker pass a periodic occurrence's time to a parameter: (its name, "datetime"
         or "timestamp"), see App.periodic; a payload may then leave that argument out."""
         self.occurrence_parameter = occurrence
-        self._decoding = None
+        self._arguments.decoding = None
 
     def _copy(self, **changes: Any) -> Task[P, R]:
         fields: dict[str, Any] = dict(
@@ -523,7 +620,7 @@ class Task(Generic[P, R]):
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"task {self.kind!r}: {exc}") from None
-        return self._encode_bound(bound)
+        return self._arguments.encode_bound(bound)
 
     def partial_payload(self, kwargs: Mapping[str, object]) -> dict[str, JSONValue]:
         """payload() of some of the arguments, by name (a periodic task's fixed ones)."""
@@ -531,94 +628,7 @@ class Task(Generic[P, R]):
             bound = self.signature.bind_partial(**kwargs)
         except TypeError as exc:
             raise TypeError(f"task {self.kind!r}: {exc}") from None
-        return self._encode_bound(bound)
-
-    def _encode_bound(self, bound: inspect.BoundArguments) -> dict[str, JSONValue]:
-        out: dict[str, JSONValue] = {}
-        for name, value in bound.arguments.items():
-            param = self.signature.parameters[name]
-            if param.kind is param.VAR_KEYWORD:
-                for k, v in value.items():
-                    out[k] = self._encode(k, v, self._var_keyword_hint(param))
-            else:
-                out[name] = self._encode(name, value, self.hints.get(name, Any))
-        return out
-
-    def _var_keyword_hint(self, param: inspect.Parameter) -> Hint:
-        return self.hints.get(param.name, Any)
-
-    def _encode(self, name: str, value: object, hint: Hint) -> JSONValue:
-        if (
-            value is None
-            or type(value) in (str, int, bool)
-            or (type(value) is float and math.isfinite(value))
-        ):
-            read = self._reader_of(name)
-            if read is not None:
-                try:
-                    if type(read) is type:
-                        if type(value) is not read:
-                            raise Mismatch(read.__name__, value)
-                    else:
-                        read(value)
-                except Mismatch as m:
-                    raise errors.InvalidPayloadError(
-                        f"task {self.kind!r}: argument {name!r}{m.where} {m.text()}"
-                    ) from None
-            return value
-        try:
-            data = to_json(value)
-        except NotJson as exc:
-            raise errors.InvalidPayloadError(
-                f"task {self.kind!r}: argument {name!r} ({type_name(value)}) cannot be sent as JSON: {exc}"
-            ) from None
-        try:
-            back = from_json(data, hint)
-            same = back == value and type(back) is type(value)
-        except Mismatch as m:
-            raise errors.InvalidPayloadError(
-                f"task {self.kind!r}: argument {name!r}{m.where} {m.text()}"
-            ) from None
-        except Exception:
-            same = False
-        if not same:
-            raise errors.InvalidPayloadError(
-                f"task {self.kind!r}: argument {name!r} ({type_name(value)}) would not come back as it "
-                f"was from JSON (it would be {data!r}"
-                + ("" if hint is not Any else "; annotate the parameter with its type")
-                + ")"
-            )
-        return data
-
-    def _reader_of(self, name: str) -> type | Reader | None:
-        readers, _, var_kw = self._decoders()
-        if name in readers:
-            return readers[name]
-        return self._var_kw_reader if var_kw else None
-
-    def _decoders(self) -> tuple[dict[str, type | Reader | None], frozenset[str], bool]:
-        """Per parameter name, how its JSON value is checked and rebuilt (reader_for; a type: that
-        JSON-native type exactly; None: taken as it is); the required names; whether unknown names
-        go to a **kwargs. Made once per task: the worker's per-message path."""
-        if self._decoding is None:
-            readers: dict[str, type | Reader | None] = {}
-            required = set()
-            var_kw = False
-            for p in self.signature.parameters.values():
-                if p.kind is p.VAR_KEYWORD:
-                    var_kw = True
-                    self._var_kw_reader = exact_or_reader(self._var_keyword_hint(p))
-                    continue
-                readers[p.name] = exact_or_reader(self.hints.get(p.name, Any))
-                if p.default is p.empty and (
-                    self.occurrence_parameter is None or p.name != self.occurrence_parameter[0]
-                ):
-                    required.add(p.name)
-            self._decoding = (readers, frozenset(required), var_kw)
-        return self._decoding
-
-    def _mismatch(self, text: str) -> PayloadMismatchError:
-        return PayloadMismatchError(f"task {self.kind!r}: {text}")
+        return self._arguments.encode_bound(bound)
 
     def arguments(self, payload: JSONValue, job: Job | None = None) -> dict[str, Any]:
         """The keyword arguments of the function for a message's payload (what defer wrote, or any
@@ -626,37 +636,38 @@ class Task(Generic[P, R]):
         it says. A payload that does not fit (a value of another type, an unknown or a missing
         argument, not a JSON object) raises PayloadMismatchError, which fails the job at once. For
         a periodic task that asks for its occurrence's time, `job` gives it (see App.periodic)."""
+        codec = self._arguments
         if type(payload) is not dict:
-            raise self._mismatch(
+            raise codec.mismatch(
                 f"the payload must be a JSON object of its arguments by name, not {json_type_name(payload)}"
             )
-        readers, required, var_kw = self._decoders()
+        readers, required, var_kw = codec.decoders()
         kwargs: dict[str, Any] = {}
         for name, data in payload.items():
             try:
                 read = readers[name]
             except KeyError:
                 if not var_kw:
-                    raise self._mismatch(f"the payload has an unknown argument {name!r}") from None
-                read = self._var_kw_reader
+                    raise codec.mismatch(f"the payload has an unknown argument {name!r}") from None
+                read = codec.var_kw_reader
             if read is None:
                 kwargs[name] = data
             elif type(read) is type:  # a JSON-native type, exactly: the common case, inline
                 if type(data) is not read:
-                    raise self._mismatch(f"argument {name!r} {Mismatch(read.__name__, data).text()}")
+                    raise codec.mismatch(f"argument {name!r} {Mismatch(read.__name__, data).text()}")
                 kwargs[name] = data
             else:
                 try:
                     kwargs[name] = read(data)
                 except Mismatch as m:
-                    raise self._mismatch(f"argument {name!r}{m.where} {m.text()}") from None
+                    raise codec.mismatch(f"argument {name!r}{m.where} {m.text()}") from None
         if not required.issubset(kwargs):
             missing = sorted(required - kwargs.keys())
-            raise self._mismatch(f"the payload has no argument {missing[0]!r}")
+            raise codec.mismatch(f"the payload has no argument {missing[0]!r}")
         occurrence = self.occurrence_parameter
         if occurrence is not None and occurrence[0] not in kwargs:
             if job is None:
-                raise self._mismatch(f"the payload has no argument {occurrence[0]!r}")
+                raise codec.mismatch(f"the payload has no argument {occurrence[0]!r}")
             at = occurrence_time(job)
             kwargs[occurrence[0]] = at if occurrence[1] == "datetime" else int(at.timestamp())
         return kwargs
@@ -792,51 +803,51 @@ class Task(Generic[P, R]):
     def defer_many(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
         """app.defer_many of calls of this task (InvalidArgumentError for a call of another), each
         with this task's configure(...) options where the call has none of its own (see _own)."""
-        listed = self._own(calls)
+        listed = _own(self, calls)
         return self.app.defer_many(listed)
 
     async def defer_many_async(self, calls: Iterable[TaskCall[T]]) -> list[TaskHandle[T]]:
         """defer_many on an asyncio database."""
-        listed = self._own(calls)
+        listed = _own(self, calls)
         return await self.app.defer_many_async(listed)
 
-    def _own(self, calls: Iterable[TaskCall[Any]]) -> list[TaskCall[Any]]:
-        """The calls, each with this task's configure(...) options (and using()'s database) where
-        the call has none of its own: ``task.configure(priority=9).defer_many([task.call(1)])``
-        defers at priority 9, as ``task.configure(priority=9).defer(1)`` does. Options that cannot
-        apply to many jobs are refused in one line (a key names one job)."""
-        listed = list(calls)
-        o = self.options
-        if o.key is not None and len(listed) > 1:
-            raise errors.InvalidArgumentError(
-                f"task {self.kind!r}: configure(key=...) names one job, not the {len(listed)} of defer_many: "
-                "give each call its key (task.configure(key=k).call(...))"
-            )
-        configured = o != TaskOptions() or self.db is not None
-        merged: dict[int, Task[Any, Any]] = {}  # one copy per distinct task of the calls
-        out = []
-        for c in listed:
-            if isinstance(c, TaskCall) and (c.task.queue, c.task.kind) != (self.queue, self.kind):
-                raise errors.InvalidArgumentError(
-                    f"task {self.kind!r}: a call of task {c.task.kind!r} (use app.defer_many for several tasks)"
-                )
-            if configured and isinstance(c, TaskCall):
-                t = merged.get(id(c.task))
-                if t is None:
-                    t = merged[id(c.task)] = c.task._merged(self)
-                c = TaskCall(t, c.payload)
-            out.append(c)
-        return out
 
-    def _merged(self, outer: Task[Any, Any]) -> Task[P, R]:
-        """This call's task with outer's options (and database) wherever it has none of its own."""
-        mine, theirs = self.options, outer.options
-        options = TaskOptions(
-            **{
-                f.name: getattr(mine, f.name)
-                if getattr(mine, f.name) is not None
-                else getattr(theirs, f.name)
-                for f in dataclasses.fields(TaskOptions)
-            }
+def _own(task: Task[Any, Any], calls: Iterable[TaskCall[Any]]) -> list[TaskCall[Any]]:
+    """The calls, each with this task's configure(...) options (and using()'s database) where
+    the call has none of its own: ``task.configure(priority=9).defer_many([task.call(1)])``
+    defers at priority 9, as ``task.configure(priority=9).defer(1)`` does. Options that cannot
+    apply to many jobs are refused in one line (a key names one job)."""
+    listed = list(calls)
+    o = task.options
+    if o.key is not None and len(listed) > 1:
+        raise errors.InvalidArgumentError(
+            f"task {task.kind!r}: configure(key=...) names one job, not the {len(listed)} of defer_many: "
+            "give each call its key (task.configure(key=k).call(...))"
         )
-        return self._copy(options=options, db=self.db if self.db is not None else outer.db)
+    configured = o != TaskOptions() or task.db is not None
+    merged: dict[int, Task[Any, Any]] = {}  # one copy per distinct task of the calls
+    out = []
+    for c in listed:
+        if isinstance(c, TaskCall) and (c.task.queue, c.task.kind) != (task.queue, task.kind):
+            raise errors.InvalidArgumentError(
+                f"task {task.kind!r}: a call of task {c.task.kind!r} (use app.defer_many for several tasks)"
+            )
+        if configured and isinstance(c, TaskCall):
+            t = merged.get(id(c.task))
+            if t is None:
+                t = merged[id(c.task)] = _merged(c.task, task)
+            c = TaskCall(t, c.payload)
+        out.append(c)
+    return out
+
+
+def _merged(task: Task[P, R], outer: Task[Any, Any]) -> Task[P, R]:
+    """This call's task with outer's options (and database) wherever it has none of its own."""
+    mine, theirs = task.options, outer.options
+    options = TaskOptions(
+        **{
+            f.name: getattr(mine, f.name) if getattr(mine, f.name) is not None else getattr(theirs, f.name)
+            for f in dataclasses.fields(TaskOptions)
+        }
+    )
+    return task._copy(options=options, db=task.db if task.db is not None else outer.db)

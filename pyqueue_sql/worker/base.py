@@ -3,31 +3,29 @@ each an object given the settings (worker.settings, WorkerSettings) and the run 
 (worker.state, RunState) rather than the whole worker: worker.policy (FailurePolicy: a failure's
 delay, the outcomes' counts and logs), worker.reserve_loop (ReserveLoop: the reserve loop and the
 idle wait), worker.registry (Registry: the registry and the heartbeat), worker.watch (Watch:
-progress and the quick cancel poll) and worker.shutdown (Shutdown: stop and signals). Each
-message's way to its commit (Dispatch) and the batch lanes (BatchLanes) are still parts of the
-worker itself. This module holds the settings resolved against the database, the routes, the
-start and end of a run, and status()."""
+progress and the quick cancel poll) and worker.shutdown (Shutdown: stop and signals), worker.dispatch (Dispatch: each message's way to its commit) and
+worker.batches (BatchLanes: the batch kinds). This module holds the routes, the start and end of a
+run, and status(); the settings resolved against the database are worker.resolved (settings.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import dialects, errors, statements
+from .. import dialects, errors
 from ..client import WorkerRegistration, default_worker_name
-from .batches import BatchLanes
+from .batches import BatchHandler, BatchLanes
 from .dispatch import Dispatch, ReserveLoop
-from .model import Handler, Job, Route, RunState, WorkerStats, WorkerStatus, log
+from .model import Handler, Job, RetryRule, Route, RunState, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
 from .runners import RunnerPool
-from .settings import (
-    WorkerSettings,
-)
+from .settings import Resolved, WorkerOptions, WorkerSettings, resolve
 from .settings import default_prefetch as default_prefetch
 from .shutdown import Shutdown
 from .steps import (
@@ -44,19 +42,34 @@ from .steps import (
 )
 from .watch import Watch
 
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from typing import Unpack
+    else:
+        from typing_extensions import Unpack
 
-class WorkerBase(BatchLanes, Dispatch):
+
+class WorkerBase:
     """What Worker (threads) and pyqueue_sql.aio.AsyncWorker (asyncio tasks) share: the
     settings, the routes, the parts (see the module docstring), the start and end of a run, the
     logs and status(). A subclass provides _jobs() (the messages it holds) and _wake()
     (makes its waits notice a stop), and runs the loops."""
 
     runtime = "threads"  # how handlers run (the start event says it): "threads" or "asyncio"
+    _job_type: type[Job] = Job  # what a reserved message is made as
+    _group_commit = False  # a chained success goes to the runner's committers (AsyncWorker)
+    if TYPE_CHECKING:  # settings.Resolved's fields, read-only properties (made below the class)
+        name: str
+        use_listen: bool
+        poll_fallback: float
+        commit_reserve: bool
+        prefetch: int
+        max_stuck: int
 
-    def __init__(self, dsn: str, **settings: Any) -> None:
+    def __init__(self, dsn: str, **settings: Unpack[WorkerOptions]) -> None:
         # The settings are WorkerSettings' fields (declared and checked there, once; the signature
-        # below is made from them); what depends on the database is resolved by the properties
-        # below, read from self.settings, never copied.
+        # below is made from them, WorkerOptions types them); what depends on the database is
+        # resolved once (settings.Resolved), each readable as the worker's property.
         self.settings = WorkerSettings(**settings)
         self.dsn = dsn
         self.dialect = dialects.for_dsn(dsn)
@@ -66,11 +79,9 @@ class WorkerBase(BatchLanes, Dispatch):
         listen_dsn = self.settings.listen_dsn
         if listen_dsn is not None and dialects.for_dsn(listen_dsn).name != self.dialect.name:
             raise errors.InvalidArgumentError("listen_dsn must name the same database as dsn, directly")
-        self._default_name = default_worker_name()
+        self.resolved = resolve(self.settings, self.dialect, default_worker_name())
         self._start_deadline: float | None = None
         self.routes: dict[str, Route] = {}
-        self.batch_routes = {}  # (queue, kind) -> BatchRoute: the batch kinds (batches.py)
-        self._lane_wakes = {}  # (queue, kind) -> set when more of a batch kind may be ready
         self.state = RunState()  # what the parts share while the worker runs
         self.on_start: list[Callable[[Any], Any]] = []
         self.on_heartbeat: list[Callable[[Any], Any]] = []
@@ -91,14 +102,40 @@ class WorkerBase(BatchLanes, Dispatch):
         self._stop_deadline: float | None = None
         self._inflight: dict[tuple[str, str, str], Job] = {}
         self._runners = RunnerPool(self.on_thread_end, self._stuck_now)
-        self.policy = FailurePolicy(self.state, self.routes, self.on_outcome, self.stop, self._batch_retry)
+        self._setup()  # the runner's own state: its slots and its completer (self.completer)
+        self.batches = BatchLanes(
+            self.settings,
+            self.state,
+            self.routes,
+            job_type=self._job_type,
+            hold=self._hold,
+            release=self._release,
+        )
+        self.batch_routes = self.batches.routes  # (queue, kind) -> BatchRoute: the batch kinds
+        self.policy = FailurePolicy(
+            self.state, self.routes, self.on_outcome, self.stop, self.batches.retry_of
+        )
         self.watch = Watch(self.state, self._jobs)
         self.reserve_loop = ReserveLoop(self.settings, self.state, self.routes, self.on_idle, self)
         self.shutdown = Shutdown(self.state, self._jobs, self._wake)
         self.registry = Registry(
             self.settings, self.state, self.name, self.routes, self.on_heartbeat, self._jobs, self.watch
         )
-        self._setup()
+        self.dispatch = Dispatch(
+            self.settings,
+            self.state,
+            self.routes,
+            self.policy,
+            self.watch,
+            self.registry,
+            self._runners,
+            commit_reserve=self.commit_reserve,
+            job_type=self._job_type,
+            release=self._release,
+            defer_ack=self.completer.put,
+            group_commit=self._group_commit,
+        )
+        self.batches.attach(self.dispatch, self.policy, self.watch, self.registry, self.reserve_loop)
 
     def dsn_for(self, role: str) -> str:
         """Where a connection of this role goes: the LISTENing dispatcher's to listen_dsn if given."""
@@ -144,67 +181,6 @@ class WorkerBase(BatchLanes, Dispatch):
     def stats(self) -> WorkerStats:
         """The counters of this worker (since it was made)."""
         return self.state.stats
-
-    # -- the settings resolved against the database ---------------------------------
-    @property
-    def name(self) -> str:
-        return self.settings.name or self._default_name
-
-    @property
-    def use_listen(self) -> bool:
-        return self.settings.listen and self.dialect.supports_listen
-
-    @property
-    def poll_fallback(self) -> float:
-        given = self.settings.poll_fallback
-        if given is not None:
-            return float(given)
-        return 5.0 if self.dialect.supports_listen else float(self.settings.poll_max)
-
-    @property
-    def commit_reserve(self) -> bool:
-        """Where queue_commit_reserve is one transaction of the server's (PostgreSQL). On
-        MySQL/MariaDB it is one transaction of its own too (opened by the procedure on MariaDB, by
-        the client on MySQL 8.0), and under many handlers of one queue it measured well under the
-        throughput of a commit plus the dispatcher's batched reserve (bench/async_worker.py
-        --commit-reserve on and off, at commit c44a52f: 224 against 581 msg/s, 32 handlers of
-        20 ms, 1,000 messages, 2026-11-24, when the client opened the transaction on MariaDB too);
-        commit_reserve=True asks for it anyway. With max_jobs, never: a commit that reserves the
-        next message would take more than max_jobs."""
-        if self.settings.max_jobs is not None:
-            return False
-        given = self.settings.commit_reserve
-        if given is None:
-            return statements.COMMIT_RESERVE not in self.dialect.own_transaction_statements
-        return bool(given)
-
-    @property
-    def prefetch(self) -> int:
-        """Messages reserved beyond the free handlers, so that a handler that finishes finds its
-        next message at hand instead of waiting a reserve's round trip."""
-        given = self.settings.prefetch
-        return default_prefetch(self.settings.concurrency) if given is None else given
-
-    @property
-    def max_stuck(self) -> int:
-        """Plain handlers' threads stuck past their time limit (runners.py): one more than
-        max_stuck stops the worker, which exits for its supervisor to start a fresh one."""
-        given = self.settings.max_stuck
-        return self.settings.concurrency if given is None else given
-
-    def _listen_refused(self) -> errors.QueueError:
-        """The error that ends run() when the dispatcher would LISTEN through a transaction pooler
-        (raised from its on-connect; the stop also ends a run without registration, whose reserve
-        loop would otherwise log the error and connect again, forever)."""
-        self.stop(reason="LISTEN through a transaction pooler")
-        which = "dsn" if self.settings.listen_dsn is None else "listen_dsn too"
-        return errors.InvalidArgumentError(
-            f"the worker would LISTEN through a transaction pooler ({which}: two client connections "
-            "were served by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN "
-            "would stay in a session this worker loses, and wakeups would never come. Pass listen_dsn= a "
-            "direct connection to the server for the LISTEN (CLI: --listen-dsn), or listen=False to "
-            "long-poll (CLI: --no-listen)"
-        )
 
     # -- configuration -----------------------------------------------------------
     def handler(
@@ -261,50 +237,48 @@ class WorkerBase(BatchLanes, Dispatch):
         """The retry policy of the queue's kinds whose handler was registered without one."""
         self.routes[queue].retry = retry
 
-    def _check_handlers(self) -> None:
-        """Refuses, before the first reserve, a handler that cannot be called with one job."""
-        for route in self.routes.values():
-            for kind, fn in route.handlers.items():
-                try:
-                    signature = inspect.signature(fn)
-                except (TypeError, ValueError):  # a builtin or C callable: nothing to say
-                    continue
-                try:
-                    signature.bind(None)
-                except TypeError:
-                    name = getattr(fn, "__qualname__", None) or repr(fn)
-                    which = "every kind" if kind is None else f"kind {kind!r}"
-                    raise errors.InvalidArgumentError(
-                        f"the handler {name}{signature} of queue {route.queue!r} ({which}) cannot be "
-                        "called with one job: a handler takes the job as its one argument"
-                    ) from None
+    def add_batch_handler(
+        self,
+        queue: str,
+        fn: BatchHandler,
+        kind: str,
+        *,
+        size: int,
+        linger: float = 0.0,
+        retry: RetryRule | None = None,
+        timeout: float | None = None,
+        store_result: bool = False,
+        every_kind: bool = False,
+    ) -> None:
+        """Registers fn for the messages of `kind` on `queue`, up to `size` at a time (a batch
+        handler: see pyqueue_sql.worker.batches, and BatchLanes.add for the arguments)."""
+        self.batches.add(
+            queue, fn, kind, size=size, linger=linger, retry=retry, timeout=timeout,
+            store_result=store_result, every_kind=every_kind,
+        )  # fmt: skip
 
-    def _preflight_steps(self):
-        """Reads each queue's max_attempts (for the log), and refuses to start when a kind stores its
-        results on a queue that keeps none (the first commit of a result would be refused). An account that may not read the settings
-        (queue_settings is the monitor's) or a queue that does not exist yet: not checked here."""
-        for route in self.routes.values():
-            try:
-                settings = yield RetriedCall("settings", route.queue)
-            except (errors.PermissionDeniedError, errors.UnknownQueueError):
-                continue
-            # "attempt n of m" in the log of a retried failure (as read at the start)
-            self.state.max_attempts[route.queue] = settings.max_attempts
-            if route.stores and settings.result_retention is None:
-                kinds = ", ".join(sorted("every kind" if k is None else repr(k) for k in route.stores))
-                raise errors.InvalidArgumentError(
-                    f"queue {route.queue!r} keeps no results, and the handler of {kinds} stores its "
-                    "result (store_result=True): give the queue a result retention first "
-                    f"(db.queue({route.queue!r}).set_result_retention(...), or app.create_queues())"
-                )
+    def batches_idle(self) -> bool:
+        """Whether every batch lane's last reserve found nothing (True when there is none)."""
+        return self.batches.all_idle()
 
     # -- what a subclass provides ------------------------------------------------------
     def _setup(self) -> None:
-        """The subclass's own state, made at the end of __init__."""
+        """The subclass's own state, made in __init__ before the parts: its slots and
+        self.completer (what acknowledges successes later: put(job, elapsed_ms))."""
+        raise NotImplementedError
+
+    def _hold(self, jobs: list[Job]) -> None:
+        """Holds jobs that a batch lane reserved (the runner's slots: heartbeat, status, stop)."""
+        raise NotImplementedError
+
+    def _release(self, job: Job, successors: list[Job] = ()) -> None:
+        """Frees the job's slot; a successor reserved by its commit takes it over at once."""
+        raise NotImplementedError
 
     def _jobs(self) -> list[Job]:
-        """The messages the worker holds now (reserved, started or not); safe from any thread."""
-        raise NotImplementedError
+        """The messages the worker holds now (reserved, started or not); safe from any thread (a
+        copy taken in one C call; Worker's holds its slots' lock)."""
+        return list(self._inflight.copy().values())
 
     def _wake(self) -> None:
         """Makes the worker's waits notice a stop (called from any thread, or a signal handler)."""
@@ -330,16 +304,32 @@ class WorkerBase(BatchLanes, Dispatch):
         yield BEGIN
         conn = yield Open("dispatcher")
         try:
-            yield On(conn, self._preflight_steps())
+            yield On(conn, preflight_steps(self.routes, self.state))
         except BaseException as exc:
             self._ended()
-            self._refused_at_start(exc)
+            # run() ends before it started (the preflight check refused): stopped, nothing logged
+            self._crashed(exc)
+            self._state = "stopped"
+            self.stopped.set()
             raise
         finally:
             yield Shut(conn)
         if install_signals:
             self.install_signal_handlers()
-        self._announce()
+        # The start is logged ("worker starting", event "start") once the signal handlers are in
+        # place: from this line on a SIGTERM is a graceful stop, not the default death.
+        log.info(
+            "worker starting",
+            extra={
+                "event": "start",
+                "worker": self.name,
+                "queues": sorted(self.routes),
+                "concurrency": self.settings.concurrency,
+                "dialect": self.dialect.name,
+                "listen": self.use_listen,
+                "runtime": self.runtime,
+            },
+        )
         yield START_RUNNERS
         dispatcher = yield Open("dispatcher", dispatcher=True)
         try:
@@ -385,7 +375,7 @@ class WorkerBase(BatchLanes, Dispatch):
             raise errors.InvalidArgumentError(
                 "batch handlers run on the threaded Worker: serve their queues from a Worker of their own"
             )
-        self._check_handlers()
+        check_handlers(self.routes)
         self.connected = False  # until a connection opens: a refused login ends run() (steps.py)
         self._start_deadline = (
             None if self.settings.start_timeout is None else time.monotonic() + self.settings.start_timeout
@@ -402,38 +392,9 @@ class WorkerBase(BatchLanes, Dispatch):
         self.state.last_error = None
         self._state = "starting"
 
-    def _refused_at_start(self, exc: BaseException) -> None:
-        """run() ends before it started (the preflight check refused): stopped, nothing logged."""
-        self._crashed(exc)
-        self._state = "stopped"
-        self.stopped.set()
-
-    def _announce(self) -> None:
-        """Logs the start ("worker starting", event "start"), once the signal handlers are in
-        place: from this line on a SIGTERM is a graceful stop, not the default death."""
-        log.info(
-            "worker starting",
-            extra={
-                "event": "start",
-                "worker": self.name,
-                "queues": sorted(self.routes),
-                "concurrency": self.settings.concurrency,
-                "dialect": self.dialect.name,
-                "listen": self.use_listen,
-                "runtime": self.runtime,
-            },
-        )
-
     def _crashed(self, exc: BaseException) -> None:
         if self.state.stop_reason is None:
             self.state.stop_reason = describe_error(exc)
-
-    def _run_hooks(self, hooks: list[Callable[[Any], Any]], what: str) -> None:
-        for hook in hooks:
-            try:
-                hook(self)
-            except Exception:
-                log.exception("%s hook failed", what)
 
     def stuck_threads(self) -> int:
         """How many plain handlers' threads are still running past their time limit (a blocking
@@ -514,14 +475,79 @@ class WorkerBase(BatchLanes, Dispatch):
         return line
 
 
-def _settings_signature() -> inspect.Signature:
-    """WorkerBase.__init__'s signature as help() and inspect show it: dsn, then WorkerSettings'
-    fields as keywords with their defaults (declared there, once)."""
+def check_handlers(routes: dict[str, Route]) -> None:
+    """Refuses, before the first reserve, a handler that cannot be called with one job."""
+    for route in routes.values():
+        for kind, fn in route.handlers.items():
+            try:
+                signature = inspect.signature(fn)
+            except (TypeError, ValueError):  # a builtin or C callable: nothing to say
+                continue
+            try:
+                signature.bind(None)
+            except TypeError:
+                name = getattr(fn, "__qualname__", None) or repr(fn)
+                which = "every kind" if kind is None else f"kind {kind!r}"
+                raise errors.InvalidArgumentError(
+                    f"the handler {name}{signature} of queue {route.queue!r} ({which}) cannot be "
+                    "called with one job: a handler takes the job as its one argument"
+                ) from None
+
+
+def preflight_steps(routes: dict[str, Route], state: RunState):
+    """Reads each queue's max_attempts (for the log), and refuses to start when a kind stores its
+    results on a queue that keeps none (the first commit of a result would be refused). An account that may not read the settings
+    (queue_settings is the monitor's) or a queue that does not exist yet: not checked here."""
+    for route in routes.values():
+        try:
+            settings = yield RetriedCall("settings", route.queue)
+        except (errors.PermissionDeniedError, errors.UnknownQueueError):
+            continue
+        # "attempt n of m" in the log of a retried failure (as read at the start)
+        state.max_attempts[route.queue] = settings.max_attempts
+        if route.stores and settings.result_retention is None:
+            kinds = ", ".join(sorted("every kind" if k is None else repr(k) for k in route.stores))
+            raise errors.InvalidArgumentError(
+                f"queue {route.queue!r} keeps no results, and the handler of {kinds} stores its "
+                "result (store_result=True): give the queue a result retention first "
+                f"(db.queue({route.queue!r}).set_result_retention(...), or app.create_queues())"
+            )
+
+
+def run_hooks(hooks: list[Callable[[Any], Any]], worker: Any, what: str) -> None:
+    """Calls each hook with the worker; an error one raises is logged, the others still run."""
+    for hook in hooks:
+        try:
+            hook(worker)
+        except Exception:
+            log.exception("%s hook failed", what)
+
+
+def listen_refused(worker: WorkerBase) -> errors.QueueError:
+    """The error that ends run() when the dispatcher would LISTEN through a transaction pooler
+    (raised from its on-connect; the stop also ends a run without registration, whose reserve
+    loop would otherwise log the error and connect again, forever)."""
+    worker.stop(reason="LISTEN through a transaction pooler")
+    which = "dsn" if worker.settings.listen_dsn is None else "listen_dsn too"
+    return errors.InvalidArgumentError(
+        f"the worker would LISTEN through a transaction pooler ({which}: two client connections "
+        "were served by one server session, as PgBouncer's pool_mode = transaction does): the LISTEN "
+        "would stay in a session this worker loses, and wakeups would never come. Pass listen_dsn= a "
+        "direct connection to the server for the LISTEN (CLI: --listen-dsn), or listen=False to "
+        "long-poll (CLI: --no-listen)"
+    )
+
+
+def settings_signature(*extra: inspect.Parameter) -> inspect.Signature:
+    """A worker's __init__ signature as help() and inspect show it: dsn, then the runner's own
+    keywords (`extra`) and WorkerSettings' fields as keywords with their defaults (declared
+    there, once)."""
     keyword = inspect.Parameter.KEYWORD_ONLY
     return inspect.Signature(
         [
             inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
             inspect.Parameter("dsn", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str"),
+            *extra,
             *(
                 inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type)
                 for f in dataclasses.fields(WorkerSettings)
@@ -531,9 +557,12 @@ def _settings_signature() -> inspect.Signature:
     )
 
 
-WorkerBase.__init__.__signature__ = _settings_signature()  # type: ignore[attr-defined]
+WorkerBase.__init__.__signature__ = settings_signature()  # type: ignore[attr-defined]
 
-# The other settings, readable as the worker's attributes (worker.lease, worker.concurrency...)
+# The settings resolved against the database (settings.Resolved), readable as the worker's attributes
+# (worker.use_listen, worker.prefetch...), and the others as given (worker.lease, worker.concurrency...)
+for _field in dataclasses.fields(Resolved):
+    setattr(WorkerBase, _field.name, property(lambda self, _n=_field.name: getattr(self.resolved, _n)))
 for _field in dataclasses.fields(WorkerSettings):
     if not hasattr(WorkerBase, _field.name):
         setattr(WorkerBase, _field.name, property(lambda self, _n=_field.name: getattr(self.settings, _n)))

@@ -31,6 +31,14 @@ from ..dialects import encode_json
 from .model import Job, RetryRule, log
 from .steps import Acquire, Handle, RetriedCall, Sleep, StoppedError
 
+if TYPE_CHECKING:
+    from .dispatch import Dispatch, ReserveLoop
+    from .model import Route, RunState
+    from .policy import FailurePolicy
+    from .registry import Registry
+    from .settings import WorkerSettings
+    from .watch import Watch
+
 # What a batch handler gets: the jobs, in the order reserved. What it returns: None (every job
 # succeeded, no result), or one outcome per job in that order: an exception instance fails that
 # job as if its handler had raised it (Retry, GiveUp and Snooze included), anything else is a
@@ -81,29 +89,51 @@ def outcomes_of(jobs: Sequence[Job], value: Any) -> list[Any]:
 
 
 class BatchLanes:
-    """Worker's part for batch kinds: the routes (add_batch_handler) and each lane's steps. The
-    runner (threaded.Worker) runs each lane's steps on a thread of its own."""
+    """A worker's batch kinds: their routes (add, the worker's add_batch_handler) and each lane's
+    steps. The runner (threaded.Worker) runs each lane's steps on a thread of its own, holding its
+    jobs with `hold` and freeing their slots with `release`; each job is settled by Dispatch's
+    steps (its failure, its deferred success, a hand-back) as a plain handler's job is."""
 
-    batch_routes: dict[tuple[str, str], BatchRoute]
-    _lane_wakes: dict[tuple[str, str], threading.Event]
-    # What it takes from Dispatch (dispatch.py, a message's way) and the runner (threaded.Worker),
-    # parts of the same worker
-    _job_type: type[Job]
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        state: RunState,
+        routes: dict[str, Route],
+        *,
+        job_type: type[Job],
+        hold: Callable[[list[Job]], None],
+        release: Callable[..., None],
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.stats = state.stats
+        self.plain_routes = routes  # the worker's plain handlers' routes, shared
+        self.routes: dict[tuple[str, str], BatchRoute] = {}  # (queue, kind) -> BatchRoute
+        self.wakes: dict[tuple[str, str], threading.Event] = {}  # set when more of a kind may be ready
+        self.idle: list[list[bool]] = []  # each lane's: its last reserve found nothing
+        self.job_type = job_type
+        self.hold = hold
+        self.release = release
+        # the parts it works with, made after it (the failure policy asks it for a batch kind's
+        # retry policy): set by attach()
+        self.dispatch: Dispatch
+        self.policy: FailurePolicy
+        self.watch: Watch
+        self.registry: Registry
+        self.reserve_loop: ReserveLoop
 
-    if TYPE_CHECKING:
+    def attach(
+        self,
+        dispatch: Dispatch,
+        policy: FailurePolicy,
+        watch: Watch,
+        registry: Registry,
+        reserve_loop: ReserveLoop,
+    ) -> None:
+        self.dispatch, self.policy, self.watch = dispatch, policy, watch
+        self.registry, self.reserve_loop = registry, reserve_loop
 
-        def _hold(self, jobs: list[Job]) -> None: ...
-        def _release(self, job: Job, successors: list[Job] = ()) -> None: ...
-        def _note_handler_time(self, seconds: float) -> None: ...
-        def _defer_ack(self, job: Job, elapsed_ms: float) -> None: ...
-        def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None: ...
-        def _commit_each_steps(self, entries: list[tuple[Job, float]]) -> Any: ...
-        def _fail_steps(
-            self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float
-        ) -> Any: ...
-        def _hand_back_steps(self, job: Job, delay: float = 0.0) -> Any: ...
-
-    def add_batch_handler(
+    def add(
         self,
         queue: str,
         fn: BatchHandler,
@@ -131,65 +161,71 @@ class BatchLanes:
             isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
         ):
             raise errors.InvalidArgumentError(f"timeout must be seconds > 0 (or None), not {timeout!r}")
-        routes: Any = getattr(self, "routes", {})
-        if every_kind and (queue in routes or any(q == queue for q, _ in self.batch_routes)):
+        routes = self.plain_routes
+        if every_kind and (queue in routes or any(q == queue for q, _ in self.routes)):
             raise errors.InvalidArgumentError(
                 f"every_kind=True is for a queue with no other handler, and {queue!r} has one"
             )
-        if (queue, kind) in self.batch_routes or (queue in routes and kind in routes[queue].handlers):
+        if (queue, kind) in self.routes or (queue in routes and kind in routes[queue].handlers):
             raise errors.InvalidArgumentError(f"queue {queue!r} already has a handler for kind {kind!r}")
-        self.batch_routes[(queue, kind)] = BatchRoute(
+        self.routes[(queue, kind)] = BatchRoute(
             queue, kind, fn, size, float(linger), None if timeout is None else float(timeout),
             bool(store_result), retry, bool(every_kind),
         )  # fmt: skip
 
-    def _batch_retry(self, job: Job) -> RetryRule | None:
+    def retry_of(self, job: Job) -> RetryRule | None:
         """The retry policy of a job of a batch kind (None: the job's kind is not one)."""
-        route = self.batch_routes.get((job.queue, job.kind))
+        route = self.routes.get((job.queue, job.kind))
         if route is None:
             return None
         if route.retry is not None:
             return route.retry
-        plain = getattr(self, "routes", {}).get(job.queue)
+        plain = self.plain_routes.get(job.queue)
         return plain.retry if plain is not None else None
 
-    def batches_idle(self) -> bool:
+    def all_idle(self) -> bool:
         """Whether every batch lane's last reserve found nothing (True when there is none)."""
-        return all(idle[0] for _, idle in getattr(self, "_lanes", ()))
+        return all(idle[0] for idle in self.idle)
+
+    def lane(self, route: BatchRoute, first: bool) -> tuple[list[bool], Any]:
+        """A new lane of a batch kind: (its idle flag, its steps). The first one of a kind
+        long-polls, the others wait for its wakes."""
+        idle = [False]
+        self.idle.append(idle)
+        siblings = None if first else self.wakes.setdefault((route.queue, route.kind), threading.Event())
+        return idle, self.lane_steps(route, idle, siblings)
 
     # -- a lane's steps ------------------------------------------------------------------
-    def _lane_steps(self, route: BatchRoute, idle: list[bool], siblings: threading.Event | None = None):
+    def lane_steps(self, route: BatchRoute, idle: list[bool], siblings: threading.Event | None = None):
         """A lane's loop until the stop: reserve a batch, run it, settle each job. idle[0] says
         whether its last reserve found nothing (App.run_pending stops once every lane is idle).
         The first lane of a kind (siblings None) long-polls when nothing is ready; the others wait
         for it on `siblings`, which a lane sets when it reserved a full batch (more may be ready):
         an idle worker keeps one long poll per batch kind, not one per lane."""
-        w: Any = self
         backoff = 0.5
-        while not w.state.stopping.is_set():
+        while not self.state.stopping.is_set():
             try:
-                yield from self._lane_round_steps(route, idle, siblings)
+                yield from self.lane_round_steps(route, idle, siblings)
                 backoff = 0.5
             except StoppedError:
                 return
             except Exception as exc:  # as the reserve loop does: logged, again after a back-off
-                backoff = w.reserve_loop.dispatch_failed(exc, backoff)
+                backoff = self.reserve_loop.dispatch_failed(exc, backoff)
                 if (yield Sleep(backoff)):
                     return
                 backoff = min(backoff * 2, 30.0)
 
-    def _lane_round_steps(self, route: BatchRoute, idle: list[bool], siblings: threading.Event | None):
+    def lane_round_steps(self, route: BatchRoute, idle: list[bool], siblings: threading.Event | None):
         """One round of a lane: a batch reserved, run and settled, or a wait when none is ready."""
-        w: Any = self
         kinds = None if route.every_kind else [route.kind]
-        wake = self._lane_wakes.setdefault((route.queue, route.kind), threading.Event())
-        lease_until = w.state.clock() + w.settings.lease
-        args = dict(n=route.size, worker=w.reserve_as, timeout=w.settings.lease, kinds=kinds)
+        wake = self.wakes.setdefault((route.queue, route.kind), threading.Event())
+        lease_until = self.state.clock() + self.settings.lease
+        args = dict(n=route.size, worker=self.registry.reserve_as, timeout=self.settings.lease, kinds=kinds)
         rows = list((yield RetriedCall("reserve", route.queue, kwargs=args)))
         if rows and len(rows) < route.size and route.linger > 0:
-            end = w.state.clock() + route.linger
-            while len(rows) < route.size and not w.state.stopping.is_set():
-                left = end - w.state.clock()
+            end = self.state.clock() + route.linger
+            while len(rows) < route.size and not self.state.stopping.is_set():
+                left = end - self.state.clock()
                 if left <= 0:
                     break
                 args["n"] = route.size - len(rows)
@@ -199,7 +235,7 @@ class BatchLanes:
                         "wait",
                         route.queue,
                         kwargs=dict(
-                            timeout=round(left, 6) or 1e-6, poll=w.settings.long_poll_check, kinds=kinds
+                            timeout=round(left, 6) or 1e-6, poll=self.settings.long_poll_check, kinds=kinds
                         ),
                     )
                     if not woke:
@@ -212,13 +248,13 @@ class BatchLanes:
                     "wait",
                     route.queue,
                     kwargs=dict(
-                        timeout=w.settings.long_poll_wait, poll=w.settings.long_poll_check, kinds=kinds
+                        timeout=self.settings.long_poll_wait, poll=self.settings.long_poll_check, kinds=kinds
                     ),
                 )
                 wake.set()
             else:
-                until = w.state.clock() + w.settings.long_poll_wait
-                while not w.state.stopping.is_set() and w.state.clock() < until:
+                until = self.state.clock() + self.settings.long_poll_wait
+                while not self.state.stopping.is_set() and self.state.clock() < until:
                     if siblings.wait(WAIT_SLICE):
                         break
                 siblings.clear()
@@ -226,31 +262,30 @@ class BatchLanes:
         idle[0] = False
         if len(rows) == route.size:
             wake.set()
-        made = w._job_type.reserved
+        made = self.job_type.reserved
         jobs = [made(r, lease_until) for r in rows]
-        w._hold(jobs)
+        self.hold(jobs)
         if route.every_kind and any(job.kind != route.kind for job in jobs):
             for job in [j for j in jobs if j.kind != route.kind]:
                 unknown = errors.UnknownTaskError(
                     f"no handler has kind {job.kind!r} on queue {route.queue!r} (its batch kind: {route.kind!r})"
                 )
-                yield from self._settle_steps(job, unknown, 0.0)
+                yield from self.settle_steps(job, unknown, 0.0)
             jobs = [j for j in jobs if j.kind == route.kind]
             if not jobs:
                 return
-        w.stats.reserved += len(jobs)
+        self.stats.reserved += len(jobs)
         log.debug(
             "reserved a batch",
             extra={"event": "reserve", "queue": route.queue, "kind": route.kind, "n": len(jobs)},
         )
-        yield from self._batch_steps(route, jobs)
+        yield from self.batch_steps(route, jobs)
 
-    def _batch_steps(self, route: BatchRoute, jobs: list[Job]):
+    def batch_steps(self, route: BatchRoute, jobs: list[Job]):
         """Runs one batch: one call of the handler, then each job to its commit or failure."""
-        w: Any = self
-        if w.state.stopping.is_set():  # reserved as the stop came: back unstarted
+        if self.state.stopping.is_set():  # reserved as the stop came: back unstarted
             for job in jobs:
-                yield from w._hand_back_steps(job)
+                yield from self.dispatch.hand_back_steps(job)
             return
         started = time.monotonic()
         for job in jobs:
@@ -271,24 +306,23 @@ class BatchLanes:
         lead = jobs[0]
         error = yield Handle(call, lead, route.timeout)
         value, lead.result = lead.result, None
-        w._note_handler_time((time.monotonic() - started) / len(jobs))
+        self.dispatch.note_handler_time((time.monotonic() - started) / len(jobs))
         outcomes = [error] * len(jobs) if error is not None else outcomes_of(jobs, value)
         elapsed_ms = round((time.monotonic() - started) * 1000, 3)
         succeeded: list[Job] = []
         for job, outcome in zip(jobs, outcomes, strict=True):
             if isinstance(outcome, BaseException) or job.progress_pending:
-                yield from self._settle_steps(job, outcome, elapsed_ms)
+                yield from self.settle_steps(job, outcome, elapsed_ms)
                 continue
             job.result = outcome if job.store_result else None
             succeeded.append(job)
         if succeeded:
-            yield from self._commit_batch_steps(route, succeeded, elapsed_ms)
+            yield from self.commit_batch_steps(route, succeeded, elapsed_ms)
 
-    def _commit_batch_steps(self, route: BatchRoute, jobs: list[Job], elapsed_ms: float):
+    def commit_batch_steps(self, route: BatchRoute, jobs: list[Job], elapsed_ms: float):
         """Commits a batch's successes in one call (queue_commit_batch, or with their results
         queue_commit_result_batch, whose refusal of a result commits them one by one so that only
         the refused ones fail, as the completer does)."""
-        w: Any = self
         entries = [(job, elapsed_ms) for job in jobs]
         for job in jobs:
             yield Acquire(job.lock)
@@ -300,29 +334,28 @@ class BatchLanes:
                 held = yield RetriedCall(
                     "commit_many", route.queue, ([j.reservation for j in jobs],), hard=True
                 )
-            w.stats.ack_batches += 1
-            w._acknowledged(route.queue, entries, held)
+            self.stats.ack_batches += 1
+            self.dispatch.acknowledged(route.queue, entries, held)
         except StoppedError:
             for job in jobs:
-                w.policy.abandoned(job)
+                self.policy.abandoned(job)
         except errors.InvalidArgumentError as exc:
             if route.store_result:
-                yield from w._commit_each_steps(entries)
+                yield from self.dispatch.commit_each_steps(entries)
             else:
                 for job in jobs:
-                    w.policy.unfinishable(job, exc)
+                    self.policy.unfinishable(job, exc)
         except Exception as exc:  # e.g. the queue was dropped meanwhile: the lane goes on
             for job in jobs:
-                w.policy.unfinishable(job, exc)
+                self.policy.unfinishable(job, exc)
         finally:
             for job in jobs:
                 job.done = True
                 job.lock.release()
-                w._release(job)
+                self.release(job)
 
-    def _settle_steps(self, job: Job, outcome: Any, elapsed_ms: float):
-        """One job of a batch to its commit or failure (as Dispatch._job_steps settles a job)."""
-        w: Any = self
+    def settle_steps(self, job: Job, outcome: Any, elapsed_ms: float):
+        """One job of a batch to its commit or failure (as Dispatch.job_steps settles a job)."""
         error: BaseException | None = outcome if isinstance(outcome, BaseException) else None
         if error is None:
             job.result = outcome if job.store_result else None
@@ -331,23 +364,23 @@ class BatchLanes:
                     encode_json(job.result)
                 except errors.InvalidPayloadError as exc:
                     error = exc
-        interrupted = False if error is None else w.policy.handled(job, error)
+        interrupted = False if error is None else self.policy.handled(job, error)
         lock = job.lock
         try:
             yield Acquire(lock)
             try:
                 if job.progress_pending:
-                    yield from w.watch.write_progress_steps(job)
+                    yield from self.watch.write_progress_steps(job)
                 if error is None:
-                    w._defer_ack(job, elapsed_ms)
+                    self.dispatch.defer_ack(job, elapsed_ms)
                 else:
-                    yield from w._fail_steps(job, error, interrupted, elapsed_ms)
+                    yield from self.dispatch.fail_steps(job, error, interrupted, elapsed_ms)
                 job.done = True
             finally:
                 lock.release()
         except StoppedError:
-            w.policy.abandoned(job)
+            self.policy.abandoned(job)
         except Exception as exc:  # e.g. the queue was dropped meanwhile: the lane goes on
-            w.policy.unfinishable(job, exc)
+            self.policy.unfinishable(job, exc)
         finally:
-            w._release(job)
+            self.release(job)

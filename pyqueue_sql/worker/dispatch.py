@@ -20,7 +20,7 @@ from .. import errors
 from ..client import QueueCalls
 from ..dialects import encode_json
 from .interrupt import CancelStopped
-from .model import Handler, Job, Plan, Route, log, where_of
+from .model import Job, Plan, Route, log, where_of
 from .model import RetryDue as RetryDue  # its former home, kept importable
 from .policy import Snooze, describe_error
 from .runners import STUCK_RETRY_DELAY, RunnerPool
@@ -28,6 +28,7 @@ from .steps import (
     RECONNECT,
     WAIT_SLOTS,
     Acquire,
+    Commit,
     Handle,
     Hooks,
     Listen,
@@ -41,8 +42,9 @@ from .steps import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .model import RunState, WorkerStats
+    from .model import RunState
     from .policy import FailurePolicy
+    from .registry import Registry
     from .settings import WorkerSettings
     from .watch import Watch
 
@@ -53,8 +55,12 @@ WAIT_SLICE = 0.25
 # time so far), so that slow handlers do not sit on messages other workers could run.
 PREFETCH_HORIZON = 0.1
 
-# What _commit_steps gives a success that the completer acknowledges later, in a batch.
+# What commit_steps gives a success that the completer acknowledges later, in a batch.
 DEFERRED = object()
+
+# The ok of a job whose group commit lost reservations without saying which (AsyncWorker's
+# committers): the batch was logged and counted, the job is not counted again.
+COUNTED_BY_BATCH = object()
 
 
 def stopped_for_cancel(job: Job, error: BaseException | None) -> bool:
@@ -380,55 +386,51 @@ class ReserveLoop:
 
 
 class Dispatch:
-    """WorkerBase's part for each message's way through its handler to its commit or failure
-    (steps: see steps.py); the reserve loop that starts them is ReserveLoop. A subclass provides
-    _start_jobs, _release and _nested."""
+    """Each message's way through its handler to its commit or failure (steps: see steps.py); the
+    reserve loop that starts them is ReserveLoop. The worker makes one and hands it what it works
+    with: the settings, the run state, the routes, the failure policy, the watcher, the registry
+    (the name it reserves as), the runner pool (the stuck threads), and from the runner the job
+    type, how a job's slot is freed (release) and how a success is acknowledged later (defer_ack:
+    the completer). group_commit: a chained success goes to the runner's committers (Commit)."""
 
-    # The state it uses and does not make: the settings (settings.py), as given and as resolved
-    # against the database (base.py) ...
-    settings: WorkerSettings
-    prefetch: int
-    commit_reserve: bool
-    # ... the configuration and the counters ...
-    routes: dict[str, Route]
-    stats: WorkerStats
-    policy: FailurePolicy
-    watch: Watch
-    reserve_loop: ReserveLoop
-    on_outcome: list[Callable[[Job, str, str | None], Any]]
-    # ... and the run's state (WorkerBase.__init__ and _starting)
-    state: RunState
-    _runners: RunnerPool
-    _job_type: type[Job] = Job
-
-    if TYPE_CHECKING:
-        # the parts it works with: the runner, FailurePolicy (policy.py), Watch (watch.py),
-        # Registry (registry.py)
-        def _jobs(self) -> list[Job]: ...
-        def stop(self, force: bool = False, *, reason: str | None = None) -> None: ...
-        @property
-        def reserve_as(self) -> str: ...
-
-    def _start_jobs(self, jobs: list[Job]) -> None:
-        """Hands reserved jobs to the handlers (they hold a slot from now on)."""
-        raise NotImplementedError
-
-    def _release(self, job: Job, successors: list[Job] = ()) -> None:
-        """Frees the job's slot; a successor reserved by its commit takes it over at once."""
-        raise NotImplementedError
-
-    def _nested(self, steps: Any) -> Any:
-        """Runs steps inside a RetriedCall (the value, or for AsyncWorker an awaitable of it)."""
-        raise NotImplementedError
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        state: RunState,
+        routes: dict[str, Route],
+        policy: FailurePolicy,
+        watch: Watch,
+        registry: Registry,
+        runners: RunnerPool,
+        *,
+        commit_reserve: bool,
+        job_type: type[Job],
+        release: Callable[..., None],
+        defer_ack: Callable[[Job, float], None],
+        group_commit: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.stats = state.stats
+        self.routes = routes  # the worker's, shared (handlers are added after this is made)
+        self.policy = policy
+        self.watch = watch
+        self.registry = registry
+        self.runners = runners
+        self.commit_reserve = commit_reserve
+        self.job_type = job_type
+        self.release = release  # (job, successors=()): frees the job's slot, a successor takes it
+        self.defer_ack = defer_ack  # (job, elapsed_ms): the completer acknowledges it, in a batch
+        self.group_commit = group_commit
 
     # -- bookkeeping ----------------------------------------------------------------
 
-    def _note_handler_time(self, seconds: float) -> None:
+    def note_handler_time(self, seconds: float) -> None:
         """Keeps the handlers' average time (moving: recent handlers weigh most)."""
         avg = self.state.handler_avg
         self.state.handler_avg = seconds if avg is None else avg + 0.1 * (seconds - avg)
 
-    def _chains(self, interrupted: bool) -> bool:
+    def chains(self, interrupted: bool) -> bool:
         """Whether a success commits with queue_commit_reserve, taking the queue's next message
         in the same call (see commit_reserve). Only for a worker of one queue: with several, the
         dispatcher decides which queue a free thread serves, so that a busy queue cannot starve
@@ -440,18 +442,10 @@ class Dispatch:
             and not self.state.stopping.is_set()
         )
 
-    def _commit_reserve_args(self, route: Route) -> dict[str, Any]:
-        return dict(n=1, worker=self.reserve_as, timeout=self.settings.lease, kinds=route.kinds())
+    def commit_reserve_args(self, route: Route) -> dict[str, Any]:
+        return dict(n=1, worker=self.registry.reserve_as, timeout=self.settings.lease, kinds=route.kinds())
 
-    def _handler_of(self, job: Job) -> tuple[Route, Handler]:
-        """The job's route and handler (a QueueError, the message's failure, when its kind has none)."""
-        route = self.routes[job.queue]
-        fn = route.handler_for(job.kind)
-        if fn is None:
-            raise errors.QueueError(f"no handler for kind {job.kind!r}")
-        return route, fn
-
-    def _plan_of(self, job: Job) -> Plan:
+    def plan_of(self, job: Job) -> Plan:
         """The job's handler, its timeout, whether its result is stored and whether the handler is
         a coroutine function (a QueueError, the message's failure, when its kind has no handler)."""
         plan = self.routes[job.queue].plan(job.kind)
@@ -459,16 +453,14 @@ class Dispatch:
             raise errors.QueueError(f"no handler for kind {job.kind!r}")
         return plan
 
-    # -- the reserve loop -------------------------------------------------------------
-
     # -- a message's way ----------------------------------------------------------------
-    def _serve_steps(self, job: Job | None):
+    def serve_steps(self, job: Job | None):
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
         stopping, clock, low = self.state.stopping, self.state.clock, self.settings.lease / 3
-        stuck = self._runners.stuck
+        stuck = self.runners.stuck
         while job is not None:
             if stopping.is_set():
-                yield from self._hand_back_steps(job)
+                yield from self.hand_back_steps(job)
                 return
             if stuck and (job.queue, job.key, job.kind) in stuck:
                 # Its earlier attempt still runs in a thread of this worker stuck past its time
@@ -480,7 +472,7 @@ class Dispatch:
                     STUCK_RETRY_DELAY,
                     extra={"event": "stuck_retry", "queue": job.queue, "key": job.key, "kind": job.kind},
                 )
-                yield from self._hand_back_steps(job, STUCK_RETRY_DELAY)
+                yield from self.hand_back_steps(job, STUCK_RETRY_DELAY)
                 return
             # A message about to start (a prefetched one waited for a handler) with less than a
             # third of its lease left: the heartbeat, which extends every held message each
@@ -494,44 +486,48 @@ class Dispatch:
                     where_of(job),
                     extra={"event": "lease_low", "queue": job.queue, "key": job.key, "kind": job.kind},
                 )
-                yield from self._hand_back_steps(job)
+                yield from self.hand_back_steps(job)
                 return
             try:
-                job = yield from self._job_steps(job)
-            except Exception:  # never lose the handler (its job was released in _job_steps)
+                job = yield from self.job_steps(job)
+            except Exception:  # never lose the handler (its job was released in job_steps)
                 log.exception(
                     "handler: unexpected error", extra={"event": "error", "queue": job.queue, "key": job.key}
                 )
                 return
 
-    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
-        """Hands a success to the runner's completer (see _ack_steps)."""
-        raise NotImplementedError
-
-    def _committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
+    def committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
+        if ok is COUNTED_BY_BATCH:  # a group commit lost reservations: counted and logged there
+            return
         if ok is DEFERRED:
             # Called with the job's lock held, just before job.done is set: the heartbeat no
             # longer extends it, so the token the completer sends is the one it has now.
-            self._defer_ack(job, elapsed_ms)
+            self.defer_ack(job, elapsed_ms)
         else:
             self.policy.committed(job, ok, elapsed_ms)
 
-    def _commit_steps(self, job: Job, chain: bool):
+    def commit_steps(self, job: Job, chain: bool):
         """Commits a handled message: (committed, the next jobs reserved in the same call). A
         success that does not chain (queue_commit_reserve) goes to the completer: DEFERRED."""
+        if self.group_commit and chain:
+            return (yield Commit(job, chain))  # the runner's committers (AsyncWorker's group commit)
+        return (yield from self.commit_reserve_steps(job, chain))
+
+    def commit_reserve_steps(self, job: Job, chain: bool):
+        """commit_steps on the job's own: queue_commit_reserve when it chains, else DEFERRED."""
         q = job.queue
         if not chain:
             return DEFERRED, []
         route = self.routes[q]
         lease_until = self.state.clock() + self.settings.lease
         ok, rows = yield RetriedCall(
-            "commit_reserve", q, (job.reservation,), self._commit_reserve_args(route), hard=True
+            "commit_reserve", q, (job.reservation,), self.commit_reserve_args(route), hard=True
         )
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
-        return bool(ok), [self._job_type(r, lease_until=lease_until) for r in rows]
+        return bool(ok), [self.job_type(r, lease_until=lease_until) for r in rows]
 
-    def _ack_steps(self, batch: list[tuple[Job, float]]):
+    def ack_steps(self, batch: list[tuple[Job, float]]):
         """The completer's flush: commits the successes of each queue in one call (one alone:
         queue_commit, whose answer names it). Run by one completer at a time, on its connection."""
         by_queue: dict[str, list[tuple[Job, float]]] = {}
@@ -547,9 +543,7 @@ class Dispatch:
                 try:
                     if len(entries) == 1:
                         job, elapsed_ms = entries[0]
-                        self._committed(
-                            job, (yield from self._commit_one_steps(job, with_result)), elapsed_ms
-                        )
+                        self.committed(job, (yield from self.commit_one_steps(job, with_result)), elapsed_ms)
                         continue
                     if with_result:
                         items = [(j.reservation, j.result) for j, _ in entries]
@@ -559,7 +553,7 @@ class Dispatch:
                             "commit_many", q, ([j.reservation for j, _ in entries],), hard=True
                         )
                     self.stats.ack_batches += 1
-                    self._acknowledged(q, entries, held)
+                    self.acknowledged(q, entries, held)
                 except StoppedError:
                     for job, _ in entries:
                         self.policy.abandoned(job)
@@ -567,7 +561,7 @@ class Dispatch:
                     if with_result:
                         # a result the queue refuses (larger than its max_payload, or the queue
                         # keeps no results now): each alone, so that only the refused ones fail
-                        yield from self._commit_each_steps(entries)
+                        yield from self.commit_each_steps(entries)
                     else:
                         for job, _ in entries:
                             self.policy.unfinishable(job, exc)
@@ -575,22 +569,22 @@ class Dispatch:
                     for job, _ in entries:
                         self.policy.unfinishable(job, exc)
 
-    def _commit_one_steps(self, job: Job, with_result: bool):
+    def commit_one_steps(self, job: Job, with_result: bool):
         if with_result:
             return (yield RetriedCall("commit_result", job.queue, (job.reservation, job.result), hard=True))
         return (yield RetriedCall("commit", job.queue, (job.reservation,), hard=True))
 
-    def _commit_each_steps(self, entries: list[tuple[Job, float]]):
+    def commit_each_steps(self, entries: list[tuple[Job, float]]):
         """Commits successes with results one by one; a result the queue refuses fails its message
         (as if its handler had raised the error), the others commit."""
         for job, elapsed_ms in entries:
             try:
-                self._committed(job, (yield from self._commit_one_steps(job, True)), elapsed_ms)
+                self.committed(job, (yield from self.commit_one_steps(job, True)), elapsed_ms)
             except StoppedError:
                 self.policy.abandoned(job)
             except errors.InvalidArgumentError as exc:
                 try:
-                    yield from self._fail_steps(job, exc, False, elapsed_ms)
+                    yield from self.fail_steps(job, exc, False, elapsed_ms)
                 except StoppedError:
                     self.policy.abandoned(job)
                 except Exception as again:
@@ -598,14 +592,14 @@ class Dispatch:
             except Exception as exc:
                 self.policy.unfinishable(job, exc)
 
-    def _acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None:
+    def acknowledged(self, q: str, entries: list[tuple[Job, float]], held: int) -> None:
         """Counts and logs a batch whose queue_commit_batch said `held` of its reservations still
         held (and are now gone); the others had expired or been released (the call does not say
         which: the batch is logged), and their messages are or were redelivered."""
         if held == len(entries):
-            if log.isEnabledFor(logging.DEBUG) or self.on_outcome:  # one "commit" event per message
+            if log.isEnabledFor(logging.DEBUG) or self.policy.on_outcome:  # one "commit" event per message
                 for job, elapsed_ms in entries:
-                    self._committed(job, True, elapsed_ms)
+                    self.committed(job, True, elapsed_ms)
             else:
                 self.stats.succeeded += held
             return
@@ -621,17 +615,17 @@ class Dispatch:
             extra={"event": "lost", "queue": q, "n": len(entries) - held},
         )
 
-    def _fail_steps(self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float):
+    def fail_steps(self, job: Job, error: BaseException, interrupted: bool, elapsed_ms: float):
         """Fails a handled message with its policy's delay (queue_fail) and, when it is to be
         retried, tells the dispatcher's wait when it is due (a delayed retry sends no wakeup).
         Snooze gives it back without using an attempt (queue_snooze); GiveUp, or an error its
         kind's policy does not retry, ends it now."""
         text = describe_error(error)
         if isinstance(error, Snooze) and not interrupted:
-            yield from self._snooze_steps(job, error)
+            yield from self.snooze_steps(job, error)
             return
         if self.policy.gives_up(job, error, interrupted):
-            outcome = yield from self._give_up_steps(job, text)
+            outcome = yield from self.give_up_steps(job, text)
             self.policy.given_up(job, error, text, outcome, elapsed_ms)
             return
         delay = self.policy.failure_delay(job, interrupted, error)
@@ -642,7 +636,7 @@ class Dispatch:
             self.state.retry_due.note(self.state.clock() + delay)
         self.policy.failed(job, error, text, outcome, delay, elapsed_ms, interrupted)
 
-    def _snooze_steps(self, job: Job, snooze: Snooze):
+    def snooze_steps(self, job: Job, snooze: Snooze):
         # queue_snooze gives the attempt back; a client without it (an older one) hands the
         # message back with queue_rollback, where the delivery counts
         method = "snooze" if hasattr(QueueCalls, "snooze") else "rollback"
@@ -658,13 +652,13 @@ class Dispatch:
             self.state.retry_due.note(self.state.clock() + snooze.after)
         self.policy.snoozed(job, snooze.after, bool(held))
 
-    def _give_up_steps(self, job: Job, text: str):
+    def give_up_steps(self, job: Job, text: str):
         """Ends a reserved message now with queue_give_up: into its queue's dead-letter queue
         ('dead_lettered', the error kept as the dead letter's last_error), or removed when it has
         none ('dropped'); None when the reservation no longer held."""
         return (yield RetriedCall("give_up", job.queue, (job.reservation,), {"error": text}, hard=True))
 
-    def _job_steps(self, job: Job):
+    def job_steps(self, job: Job):
         """Runs one job to its commit or failure; returns the next job when the commit reserved one.
         Its common way (a handler that succeeds, its success acknowledged in a batch) makes few
         calls: it runs once a message (docs/performance.md, the worker's CPU per job)."""
@@ -672,7 +666,7 @@ class Dispatch:
         plan = self.routes[job.queue].plans.get(job.kind)
         if plan is None or plan[0] is None:
             try:
-                plan = self._plan_of(job)
+                plan = self.plan_of(job)
             except errors.QueueError as exc:
                 plan = None
                 error: BaseException | None = exc
@@ -681,7 +675,7 @@ class Dispatch:
             # The handler's failure is the message's, not the worker's: it comes back as the
             # result (thrown in, a GeneratorExit would end these steps).
             error = yield Handle(fn, job, timeout)
-            self._note_handler_time(time.monotonic() - started_at)
+            self.note_handler_time(time.monotonic() - started_at)
         if error is None:
             cancelled = interrupted = False
             if job.store_result:
@@ -691,7 +685,7 @@ class Dispatch:
                     error = exc
         if error is not None:
             if isinstance(error, asyncio.CancelledError) and self.state.hard_stop.is_set():
-                self._release(job)  # abandoned: the message comes back after its lease
+                self.release(job)  # abandoned: the message comes back after its lease
                 raise error
             cancelled = stopped_for_cancel(job, error)
             interrupted = False if cancelled else self.policy.handled(job, error)
@@ -704,20 +698,20 @@ class Dispatch:
                 if job.progress_pending:  # the last progress goes with the result
                     yield from self.watch.write_progress_steps(job)
                 if error is None:
-                    if self.commit_reserve and self._chains(interrupted) and not job.store_result:
-                        ok, successors = yield from self._commit_steps(job, True)
-                        self._committed(job, ok, elapsed_ms)
+                    if self.commit_reserve and self.chains(interrupted) and not job.store_result:
+                        ok, successors = yield from self.commit_steps(job, True)
+                        self.committed(job, ok, elapsed_ms)
                     else:
-                        # acknowledged by the completer, in a batch (_ack_steps). Called with the
+                        # acknowledged by the completer, in a batch (ack_steps). Called with the
                         # job's lock held, just before job.done is set: the heartbeat no longer
                         # extends it, so the token the completer sends is the one it has now.
-                        self._defer_ack(job, elapsed_ms)
+                        self.defer_ack(job, elapsed_ms)
                 elif cancelled:
                     self.policy.cancelled(
                         job, (yield RetriedCall("cancel_held", job.queue, (job.reservation,), hard=True))
                     )
                 else:
-                    yield from self._fail_steps(job, error, interrupted, elapsed_ms)
+                    yield from self.fail_steps(job, error, interrupted, elapsed_ms)
                 job.done = True
             finally:
                 lock.release()
@@ -726,10 +720,10 @@ class Dispatch:
         except Exception as exc:  # e.g. the queue was dropped meanwhile: keep the handler alive
             self.policy.unfinishable(job, exc)
         finally:
-            self._release(job, successors)
+            self.release(job, successors)
         return successors[0] if successors else None
 
-    def _hand_back_steps(self, job: Job, delay: float = 0.0):
+    def hand_back_steps(self, job: Job, delay: float = 0.0):
         """Gives back a message reserved and not started (a stop, a lease run low, its earlier
         attempt stuck) with queue_snooze: ready again at once (or after `delay` seconds), its
         delivery not counted. (queue_rollback counts it: a message on its last attempt was
@@ -752,4 +746,4 @@ class Dispatch:
                 extra={"event": "error", "queue": job.queue, "key": job.key},
             )
         finally:
-            self._release(job)
+            self.release(job)

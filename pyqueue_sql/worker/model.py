@@ -99,6 +99,12 @@ class Job:
                     event = self._cancel_event = threading.Event()
         return event
 
+    def _cancel_asked(self) -> bool:
+        """cancel_requested.is_set() without making the event (the per-job path of a coroutine
+        handler: most jobs are never cancelled, and an event costs a lock and a condition)."""
+        event = self._cancel_event
+        return event is not None and event.is_set()
+
     def set_progress(self, value: Any) -> None:
         """Reports the job's progress (any JSON value, at most 64 KiB as JSON): Queue.result (and
         a task's handle.progress()) shows it while the job runs and after it finished. Returns at

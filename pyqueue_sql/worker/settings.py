@@ -8,9 +8,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from .. import errors
+from .. import errors, statements
+
+if TYPE_CHECKING:
+    from ..dialects import Dialect
 
 # Without LISTEN, a worker of one queue long-polls queue_wait: one round trip lasts up to
 # LONG_POLL_WAIT seconds, in which the server looks for a ready message every LONG_POLL_CHECK seconds.
@@ -118,6 +121,49 @@ class WorkerSettings:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
+class WorkerOptions(TypedDict, total=False):
+    """WorkerSettings' fields as the keywords of Worker and AsyncWorker (``**settings:
+    Unpack[WorkerOptions]``), so that a type checker rejects a misspelt or mistyped one (at run
+    time WorkerSettings does: a TypeError). Checked against WorkerSettings when this module is
+    imported (_check_options): a field added there and not here is an ImportError."""
+
+    concurrency: int
+    name: str | None
+    lease: float
+    poll_fallback: float | None
+    poll_min: float
+    poll_max: float
+    linger: float
+    long_poll_wait: float
+    long_poll_check: float
+    shutdown_timeout: float
+    listen: bool
+    listen_dsn: str | None
+    register: bool
+    release_dead_after: float | None
+    commit_reserve: bool | None
+    prefetch: int | None
+    ack_batch: int
+    ack_interval: float
+    start_timeout: float | None
+    max_stuck: int | None
+    max_jobs: int | None
+
+
+def _check_options() -> None:
+    """WorkerOptions names each field of WorkerSettings with the same type, and nothing else."""
+    fields = {f.name: f.type for f in dataclasses.fields(WorkerSettings)}
+    options = {k: getattr(t, "__forward_arg__", t) for k, t in WorkerOptions.__annotations__.items()}
+    if fields != options:
+        raise ImportError(
+            "WorkerOptions (pyqueue_sql/worker/settings.py) differs from WorkerSettings' fields: "
+            f"{sorted(set(fields.items()) ^ set(options.items()))}"
+        )
+
+
+_check_options()
+
+
 def settings_from_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The worker's settings a command line gave (`pyqueue-sql worker`, Django's pyqueue_worker):
     every WorkerSettings field among `options` (an option is named as its setting), as keywords of
@@ -126,3 +172,49 @@ def settings_from_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {
         f.name: options[f.name] for f in dataclasses.fields(WorkerSettings) if options.get(f.name) is not None
     }
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The settings that depend on the database, resolved once the DSN's dialect is known (each
+    readable as the worker's attribute: worker.use_listen, worker.prefetch...)."""
+
+    name: str  # the worker's name: the given one, else host:pid
+    use_listen: bool  # LISTEN for wakeups: asked for, and the dialect has it
+    poll_fallback: float  # seconds: the given, else 5 s with LISTEN, else poll_max
+    # Where queue_commit_reserve is one transaction of the server's (PostgreSQL). On MySQL/MariaDB
+    # it is one transaction of its own too (opened by the procedure on MariaDB, by the client on
+    # MySQL 8.0), and under many handlers of one queue it measured well under the throughput of a
+    # commit plus the dispatcher's batched reserve (bench/async_worker.py --commit-reserve on and
+    # off, at commit c44a52f: 224 against 581 msg/s, 32 handlers of 20 ms, 1,000 messages,
+    # 2026-11-24, when the client opened the transaction on MariaDB too); commit_reserve=True asks
+    # for it anyway. With max_jobs, never: a commit that reserves the next message would take more
+    # than max_jobs.
+    commit_reserve: bool
+    # Messages reserved beyond the free handlers, so that a handler that finishes finds its next
+    # message at hand instead of waiting a reserve's round trip.
+    prefetch: int
+    # Plain handlers' threads stuck past their time limit (runners.py): one more than max_stuck
+    # stops the worker, which exits for its supervisor to start a fresh one.
+    max_stuck: int
+
+
+def resolve(settings: WorkerSettings, dialect: Dialect, default_name: str) -> Resolved:
+    """The settings resolved against the database (see Resolved)."""
+    if settings.max_jobs is not None:
+        commit_reserve = False
+    elif settings.commit_reserve is None:
+        commit_reserve = statements.COMMIT_RESERVE not in dialect.own_transaction_statements
+    else:
+        commit_reserve = bool(settings.commit_reserve)
+    poll_fallback = settings.poll_fallback
+    return Resolved(
+        name=settings.name or default_name,
+        use_listen=settings.listen and dialect.supports_listen,
+        poll_fallback=(5.0 if dialect.supports_listen else float(settings.poll_max))
+        if poll_fallback is None
+        else float(poll_fallback),
+        commit_reserve=commit_reserve,
+        prefetch=default_prefetch(settings.concurrency) if settings.prefetch is None else settings.prefetch,
+        max_stuck=settings.concurrency if settings.max_stuck is None else settings.max_stuck,
+    )

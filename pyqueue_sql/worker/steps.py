@@ -48,7 +48,7 @@ class RetriedCall:
 class Listen:
     """Wait on the loop's connection (LISTEN) for wakeups until the clock reads `deadline`, or
     until a retry this worker scheduled is due (see dispatch.RetryDue): the result of
-    Dispatch._listen_steps (dispatch.py), run inside a RetriedCall that reconnects."""
+    ReserveLoop.listen_steps (dispatch.py), run inside a RetriedCall that reconnects."""
 
     deadline: float
 

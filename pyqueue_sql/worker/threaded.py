@@ -13,11 +13,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import errors, tracing
 from ..client import Database, connect
-from .base import WorkerBase
+from .base import WorkerBase, listen_refused, run_hooks, settings_signature
 from .interrupt import ThreadStopper
 from .model import Job, log
 from .runners import run_on_thread_end
@@ -56,6 +56,10 @@ from .timeouts import awaited, handle_timed
 from .timeouts import log_late_return as log_late_return
 from .timeouts import timed_out as timed_out
 from .timeouts import within_timeout as within_timeout
+
+if TYPE_CHECKING:
+    from .base import Unpack
+    from .settings import WorkerOptions
 
 
 class _EventLoop:
@@ -125,6 +129,15 @@ class _Connection:
         self.loop: _EventLoop | None = None  # a handler thread's, for coroutine handlers
         self.stopper: ThreadStopper | None = None  # a handler thread's (made on it)
 
+    @classmethod
+    def for_handler(cls, worker: Worker) -> _Connection:
+        """A handler thread's (or a batch lane's): with an event loop for coroutine handlers and a
+        stopper, both made on that thread."""
+        conn = cls(worker, "handler")
+        conn.loop = _EventLoop()
+        conn.stopper = ThreadStopper()
+        return conn
+
     def close(self) -> None:
         if self.db is not None:
             try:
@@ -153,19 +166,257 @@ class _Connection:
             return time.sleep(op.seconds)
         return op.give_up.wait(op.seconds)
 
+    def handle(self, op: Handle) -> BaseException | None:
+        """Runs a handler on this (handler) thread: None, or what it raised; inside the job's span
+        when OpenTelemetry is installed (pyqueue_sql.tracing)."""
+        return tracing.handle_traced(op.job, self._handle, op)
+
+    def _handle(self, op: Handle) -> BaseException | None:
+        if op.timeout is not None:
+            return handle_timed(op, self.loop.run, self.worker._runners)
+        job = op.job
+        stopper = self.stopper
+        try:
+            if job.runs_async:
+                result = op.fn(job)
+            else:  # stoppable by the thread's stopper: a cancel's grace ends in CancelStopped there
+                job.stopper = stopper
+                stopper.arg = job
+                result = op.fn(job)
+                stopper.arg = None
+                if stopper.raised:
+                    stopper.settle()
+            if result is not None and inspect.isawaitable(result):
+                # A coroutine handler: awaited to completion before the commit (cancelled by a
+                # cancel of its job).
+                op.job.runs_async = True
+                result = self.loop.run(result, op.job)
+            op.job.result = result
+        except BaseException as exc:
+            stopper.arg = None
+            if stopper.raised:
+                stopper.settle()
+            return exc
+        return None
+
     _execute = dispatcher(
         {Connect: _connect, OnConnect: _on_connect, Invoke: _invoke, Close: _close, BackOff: _back_off}
     )
 
 
+class Completer:
+    """Acknowledges the handlers' successes (see Dispatch.ack_steps) on a thread and a connection
+    of its own: put() hands it one, the thread waits for one, gathers those that come within
+    ack_interval (at most ack_batch), commits them, and so on until close() (after the last
+    handler finished), then flushes what is left. A crash before a flush loses nothing: the
+    messages are still reserved and come back after their lease (at-least-once)."""
+
+    def __init__(self, settings: Any, flush: Callable[[list[tuple[Job, float]], _Connection], Any]) -> None:
+        self.settings = settings
+        self.flush = flush  # (batch, conn): runs the flush's steps on the completer's connection
+        self.acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
+        self.put = self._put  # what Dispatch calls, once a success: (job, elapsed_ms)
+        self.thread: threading.Thread | None = None
+
+    def _put(self, job: Job, elapsed_ms: float) -> None:
+        self.acks.put((job, elapsed_ms))
+
+    def start(self, conn: _Connection) -> None:
+        self.thread = threading.Thread(target=self.loop, args=(conn,), name="pyqueue-completer", daemon=True)
+        self.thread.start()
+
+    def close(self, timeout: float) -> None:
+        """Every handler has finished (or was abandoned): flushes what is left, then ends."""
+        self.acks.put(None)
+        if self.thread is not None:
+            self.thread.join(timeout=timeout)
+
+    def loop(self, conn: _Connection) -> None:
+        acks, settings = self.acks, self.settings
+        try:
+            done = False
+            while not done:
+                first = acks.get()
+                if first is None:
+                    return
+                batch = [first]
+                flush_at = time.monotonic() + settings.ack_interval
+                while len(batch) < settings.ack_batch:
+                    left = flush_at - time.monotonic()
+                    try:
+                        item = acks.get(timeout=left) if left > 0 else acks.get_nowait()
+                    except queue_mod.Empty:
+                        break
+                    if item is None:
+                        done = True
+                        break
+                    batch.append(item)
+                self.flush(batch, conn)
+        finally:
+            conn.close()
+
+
+class _RunThreads:
+    """The threads of a Worker's run, each with its own connection: `concurrency` handler threads
+    that take their messages from the worker's pending queue, the heartbeat, the completer, the
+    watcher and the batch lanes; and, at the stop, the hand-back of the messages not started and
+    the wait for the running handlers until the shutdown deadline."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.threads: list[threading.Thread] = []  # the handler threads
+        self.lanes: list[threading.Thread] = []  # the batch kinds' (batches.py)
+
+    def start(self) -> None:
+        w = self.worker
+        for i in range(w.settings.concurrency):
+            t = threading.Thread(target=self.handler_loop, name=f"pyqueue-handler-{i}", daemon=True)
+            t.start()
+            self.threads.append(t)
+        w._heartbeat_conn = _Connection(w, "heartbeat")
+        self.heartbeat = threading.Thread(
+            target=self.loop_on,
+            args=(w._heartbeat_conn, w.registry.heartbeat_loop_steps()),
+            name="pyqueue-heartbeat",
+            daemon=True,
+        )
+        self.heartbeat.start()
+        # Its role in the logs and metrics is "handler": the connection that records what the
+        # handlers did, as the handler threads themselves do for failures and hand-backs.
+        w.completer.start(_Connection(w, "handler"))
+        self.watcher = threading.Thread(
+            target=self.loop_on,
+            args=(_Connection(w, "watch"), w.watch.loop_steps()),
+            name="pyqueue-watch",
+            daemon=True,
+        )
+        self.watcher.start()
+        # concurrency counts the jobs a worker runs at once: a batch kind gets concurrency // size
+        # lanes (at least one), each running one batch at a time (batches.py). One lane per process
+        # drained a no-op backlog fastest on MariaDB (11,478 jobs/s against 9,945 with two and
+        # 7,069 with four, 2 processes, lanes that committed through the completer, 2026-11-28).
+        self.lanes = [
+            self.start_lane(route, i)
+            for route in w.batch_routes.values()
+            for i in range(max(1, w.settings.concurrency // route.size))
+        ]
+
+    def start_lane(self, route: Any, i: int) -> threading.Thread:
+        """A batch kind's lane (batches.py): its steps on a thread and a connection of its own,
+        made as a handler thread's (an event loop for an async def handler, a stopper). The
+        first one of a kind long-polls, the others wait for its wakes."""
+        w = self.worker
+        _, steps = w.batches.lane(route, first=i == 0)
+        conn = _Connection.for_handler(w)
+
+        def lane() -> None:
+            try:
+                w._steps(steps, conn)
+            except Exception:
+                log.exception("a batch lane failed", extra={"event": "error", "queue": route.queue})
+                w.stop(reason=f"the batch lane of {route.queue}/{route.kind} failed")
+            finally:
+                conn.loop.close()
+                conn.close()
+                run_on_thread_end(w.on_thread_end)
+
+        t = threading.Thread(target=lane, name=f"pyqueue-batch-{route.kind}-{i}", daemon=True)
+        t.start()
+        return t
+
+    def stop(self) -> None:
+        w = self.worker
+        self.hand_back_and_wait()
+        # Every handler has finished (or was abandoned): the completer flushes what is left.
+        w.completer.close(timeout=max(w.settings.shutdown_timeout, 5.0))
+        w.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
+        w._watch_wake.set()
+        self.heartbeat.join(timeout=5)
+        self.watcher.join(timeout=5)
+
+    def handler_loop(self) -> None:
+        w = self.worker
+        conn = _Connection.for_handler(w)
+        get, serve, execute, handle = w._pending.get, w.dispatch.serve_steps, w._execute, conn.handle
+
+        def run(op: Any) -> Any:
+            # a job's two operations (Handle, Acquire) without the table's lookup: once a job each
+            kind = type(op)
+            if kind is Handle:
+                return handle(op)
+            if kind is Acquire:
+                return op.lock.acquire()
+            return execute(op, conn)
+
+        try:
+            while True:
+                job = get()
+                if job is None:
+                    return
+                run_steps(serve(job), run)
+        finally:
+            conn.loop.close()
+            conn.close()
+            run_on_thread_end(w.on_thread_end)
+
+    def loop_on(self, conn: _Connection, steps: Any) -> None:
+        """A thread's loop: its steps on its own connection, closed when they end."""
+        w = self.worker
+        try:
+            w._steps(steps, conn)
+        finally:
+            conn.close()
+
+    def hand_back_and_wait(self) -> None:
+        w = self.worker
+        # Unstarted messages go back at once: the handler threads pick them off
+        # the pending queue and hand them back because state.stopping is set.
+        deadline = time.monotonic() + w.settings.shutdown_timeout
+        w._stop_deadline = deadline
+        conn = _Connection(w, "shutdown")
+        try:
+            while not w.state.hard_stop.is_set():
+                try:
+                    job = w._pending.get_nowait()
+                except queue_mod.Empty:
+                    break
+                if job is not None:
+                    w._steps(w.dispatch.hand_back_steps(job), conn)
+        finally:
+            conn.close()
+        for _ in self.threads:
+            w._pending.put(None)
+        report_at = time.monotonic()
+        # the handler threads, and the batch lanes (a batch that runs finishes)
+        running = self.threads + self.lanes
+        while any(t.is_alive() for t in running) and not w.state.hard_stop.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            report_at = w.shutdown.report_stopping(deadline, report_at)
+            try:
+                w.state.hard_stop.wait(min(0.05, deadline - now))
+            except KeyboardInterrupt:  # run() without signal handlers in the main thread: Ctrl-C again
+                w.stop(force=True, reason="KeyboardInterrupt")
+        w.shutdown.abandon_the_rest()
+        if w.shutdown.abandoned:
+            conn = _Connection(w, "shutdown")
+            try:
+                w._steps(w.shutdown.give_back_abandoned_steps(), conn)
+            finally:
+                conn.close()
+        self.threads.clear()
+
+
 class Worker(WorkerBase):
     """Runs handlers for messages of one or more queues on a pool of threads. See the module docstring."""
 
-    def __init__(self, dsn: str, *, commit_reserve: bool | None = None, **settings: Any) -> None:
+    def __init__(self, dsn: str, **settings: Unpack[WorkerOptions]) -> None:
         # A success is acknowledged by the completer, in a batch with the others that finish
         # within ack_interval, instead of a queue_commit_reserve per message from each handler
         # thread (bench/README.md, "Workers"); commit_reserve=True asks for the latter.
-        super().__init__(dsn, commit_reserve=bool(commit_reserve), **settings)
+        settings["commit_reserve"] = bool(settings.get("commit_reserve"))
+        super().__init__(dsn, **settings)
 
     def _setup(self) -> None:
         self._heartbeat_conn: _Connection | None = None
@@ -178,10 +429,11 @@ class Worker(WorkerBase):
         self._slot_waiting = 0
         # A SimpleQueue (C, one lock): a handler thread takes each message from it.
         self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
-        self._acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self.completer = Completer(
+            self.settings, lambda batch, conn: self._steps(self.dispatch.ack_steps(batch), conn)
+        )
         self._watch_wake = threading.Event()  # a progress to write (Job.set_progress)
-        self._lanes: list[tuple[threading.Thread, list[bool]]] = []  # the batch kinds' (batches.py)
+        self._run_threads = _RunThreads(self)
 
     def _jobs(self) -> list[Job]:
         with self._slots:
@@ -225,67 +477,10 @@ class Worker(WorkerBase):
         """Begin, Finish: a thread needs no state of the run's own (its events are the worker's)."""
 
     def _start_runners(self, op: StartRunners, conn: Any) -> None:
-        for i in range(self.settings.concurrency):
-            t = threading.Thread(target=self._handler_loop, name=f"pyqueue-handler-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
-        self._heartbeat_conn = _Connection(self, "heartbeat")
-        self._heartbeat = threading.Thread(
-            target=self._loop_on,
-            args=(self._heartbeat_conn, self.registry.heartbeat_loop_steps()),
-            name="pyqueue-heartbeat",
-            daemon=True,
-        )
-        self._heartbeat.start()
-        self._completer_thread = threading.Thread(
-            target=self._completer_loop, name="pyqueue-completer", daemon=True
-        )
-        self._completer_thread.start()
-        self._watcher = threading.Thread(
-            target=self._loop_on,
-            args=(_Connection(self, "watch"), self.watch.loop_steps()),
-            name="pyqueue-watch",
-            daemon=True,
-        )
-        self._watcher.start()
-        # concurrency counts the jobs a worker runs at once: a batch kind gets concurrency // size
-        # lanes (at least one), each running one batch at a time (batches.py). One lane per process
-        # drained a no-op backlog fastest on MariaDB (11,478 jobs/s against 9,945 with two and
-        # 7,069 with four, 2 processes, lanes that committed through the completer, 2026-11-28).
-        self._lanes = [
-            self._start_lane(route, i)
-            for route in self.batch_routes.values()
-            for i in range(max(1, self.settings.concurrency // route.size))
-        ]
+        self._run_threads.start()
 
-    def _start_lane(self, route: Any, i: int) -> tuple[threading.Thread, list[bool]]:
-        """A batch kind's lane (batches.py): its steps on a thread and a connection of its own,
-        made as a handler thread's (an event loop for an async def handler, a stopper). The
-        first one of a kind long-polls, the others wait for its wakes."""
-        idle = [False]
-        conn = _Connection(self, "handler")
-        conn.loop = _EventLoop()
-        conn.stopper = ThreadStopper()
-
-        def lane() -> None:
-            try:
-                siblings = (
-                    None
-                    if i == 0
-                    else self._lane_wakes.setdefault((route.queue, route.kind), threading.Event())
-                )
-                self._steps(self._lane_steps(route, idle, siblings), conn)
-            except Exception:
-                log.exception("a batch lane failed", extra={"event": "error", "queue": route.queue})
-                self.stop(reason=f"the batch lane of {route.queue}/{route.kind} failed")
-            finally:
-                conn.loop.close()
-                conn.close()
-                run_on_thread_end(self.on_thread_end)
-
-        t = threading.Thread(target=lane, name=f"pyqueue-batch-{route.kind}-{i}", daemon=True)
-        t.start()
-        return t, idle
+    def _stop_runners(self, op: StopRunners, conn: Any) -> None:
+        self._run_threads.stop()
 
     def _hold(self, jobs: list[Job]) -> None:
         """A lane's batch, held as the handlers' jobs are (heartbeat, status, stop)."""
@@ -294,16 +489,6 @@ class Worker(WorkerBase):
             for job in jobs:
                 job.on_progress = wake
                 inflight[(job.queue, job.key, job.kind)] = job
-
-    def _stop_runners(self, op: StopRunners, conn: Any) -> None:
-        self._shutdown()
-        # Every handler has finished (or was abandoned): the completer flushes what is left.
-        self._acks.put(None)
-        self._completer_thread.join(timeout=max(self.settings.shutdown_timeout, 5.0))
-        self.state.hard_stop.set()  # the flush is done (or gave up): the heartbeat ends
-        self._watch_wake.set()
-        self._heartbeat.join(timeout=5)
-        self._watcher.join(timeout=5)
 
     # -- the operations of the loops' steps -----------------------------------------------
     def _steps(self, steps: Any, conn: _Connection | None) -> Any:
@@ -325,36 +510,7 @@ class Worker(WorkerBase):
         return self.dialect.listener.wait_for_notification(op.db.connection, op.seconds)
 
     def _handle(self, op: Handle, conn: _Connection) -> BaseException | None:
-        # inside the job's span when OpenTelemetry is installed (pyqueue_sql.tracing)
-        return tracing.handle_traced(op.job, self._handle_untraced, op, conn)
-
-    def _handle_untraced(self, op: Handle, conn: _Connection) -> BaseException | None:
-        if op.timeout is not None:
-            return handle_timed(op, conn.loop.run, self._runners)
-        job = op.job
-        stopper = conn.stopper
-        try:
-            if job.runs_async:
-                result = op.fn(job)
-            else:  # stoppable by the thread's stopper: a cancel's grace ends in CancelStopped there
-                job.stopper = stopper
-                stopper.arg = job
-                result = op.fn(job)
-                stopper.arg = None
-                if stopper.raised:
-                    stopper.settle()
-            if result is not None and inspect.isawaitable(result):
-                # A coroutine handler: awaited to completion before the commit (cancelled by a
-                # cancel of its job).
-                op.job.runs_async = True
-                result = conn.loop.run(result, op.job)
-            op.job.result = result
-        except BaseException as exc:
-            stopper.arg = None
-            if stopper.raised:
-                stopper.settle()
-            return exc
-        return None
+        return conn.handle(op)
 
     def _acquire(self, op: Acquire, conn: Any) -> bool:
         return op.lock.acquire()
@@ -383,7 +539,7 @@ class Worker(WorkerBase):
 
     def _hooks(self, op: Hooks, conn: Any) -> None:
         if op.what is not None:
-            return self._run_hooks(op.hooks, op.what)
+            return run_hooks(op.hooks, self, op.what)
         for hook in op.hooks:
             hook(self)
         return None
@@ -417,7 +573,7 @@ class Worker(WorkerBase):
     def _on_dispatcher_connect(self, db: Database) -> None:
         if self.use_listen:
             if self.dialect.listener.shares_sessions(db.connection, self.dsn_for("dispatcher")):
-                raise self._listen_refused()
+                raise listen_refused(self)
             channels = [db.queue(q).channel() for q in self.routes]
             self.dialect.listener.listen(db.connection, channels)
             self.state.channels = dict(zip(channels, self.routes))
@@ -445,75 +601,7 @@ class Worker(WorkerBase):
             if len(self._inflight) < self._slot_waiting:
                 self._slots.notify_all()
 
-    def _handler_loop(self) -> None:
-        conn = _Connection(self, "handler")
-        conn.loop = _EventLoop()
-        conn.stopper = ThreadStopper()
-        get, serve, execute, handle = self._pending.get, self._serve_steps, self._execute, self._handle
-
-        def run(op: Any) -> Any:
-            # a job's two operations (Handle, Acquire) without the table's lookup: once a job each
-            kind = type(op)
-            if kind is Handle:
-                return handle(op, conn)
-            if kind is Acquire:
-                return op.lock.acquire()
-            return execute(op, conn)
-
-        try:
-            while True:
-                job = get()
-                if job is None:
-                    return
-                run_steps(serve(job), run)
-        finally:
-            conn.loop.close()
-            conn.close()
-            run_on_thread_end(self.on_thread_end)
-
-    # -- batched acknowledgement ----------------------------------------------------------
-    def _defer_ack(self, job: Job, elapsed_ms: float) -> None:
-        self._acks.put((job, elapsed_ms))
-
-    def _completer_loop(self) -> None:
-        """Acknowledges the handlers' successes: waits for one, gathers those that come within
-        ack_interval (at most ack_batch), commits them (Dispatch._ack_steps), and so on until
-        run() sends None (after the last handler finished), then flushes what is left. A crash
-        before a flush loses nothing: the messages are still reserved and come back after their
-        lease (at-least-once)."""
-        # Its role in the logs and metrics is "handler": the connection that records what the
-        # handlers did, as the handler threads themselves do for failures and hand-backs.
-        conn = _Connection(self, "handler")
-        try:
-            done = False
-            while not done:
-                first = self._acks.get()
-                if first is None:
-                    return
-                batch = [first]
-                flush_at = time.monotonic() + self.settings.ack_interval
-                while len(batch) < self.settings.ack_batch:
-                    left = flush_at - time.monotonic()
-                    try:
-                        item = self._acks.get(timeout=left) if left > 0 else self._acks.get_nowait()
-                    except queue_mod.Empty:
-                        break
-                    if item is None:
-                        done = True
-                        break
-                    batch.append(item)
-                self._steps(self._ack_steps(batch), conn)
-        finally:
-            conn.close()
-
     # -- the watcher (watch.py) and the heartbeat (registry.py) ---------------------------
-    def _loop_on(self, conn: _Connection, steps: Any) -> None:
-        """A thread's loop: its steps on its own connection, closed when they end."""
-        try:
-            self._steps(steps, conn)
-        finally:
-            conn.close()
-
     def heartbeat_run(self, fn: Callable[[Database], Any]) -> Any:
         """For on_heartbeat hooks: runs fn(db) on the heartbeat thread's connection,
         reconnecting and retrying on connection loss."""
@@ -521,42 +609,5 @@ class Worker(WorkerBase):
             raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
         return self._heartbeat_conn.run(fn, give_up=self.state.hard_stop)
 
-    # -- shutdown --------------------------------------------------------------------
-    def _shutdown(self) -> None:
-        # Unstarted messages go back at once: the handler threads pick them off
-        # the pending queue and hand them back because state.stopping is set.
-        deadline = time.monotonic() + self.settings.shutdown_timeout
-        self._stop_deadline = deadline
-        conn = _Connection(self, "shutdown")
-        try:
-            while not self.state.hard_stop.is_set():
-                try:
-                    job = self._pending.get_nowait()
-                except queue_mod.Empty:
-                    break
-                if job is not None:
-                    self._steps(self._hand_back_steps(job), conn)
-        finally:
-            conn.close()
-        for _ in self._threads:
-            self._pending.put(None)
-        report_at = time.monotonic()
-        # the handler threads, and the batch lanes (a batch that runs finishes)
-        running = self._threads + [lane for lane, _ in self._lanes]
-        while any(t.is_alive() for t in running) and not self.state.hard_stop.is_set():
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            report_at = self.shutdown.report_stopping(deadline, report_at)
-            try:
-                self.state.hard_stop.wait(min(0.05, deadline - now))
-            except KeyboardInterrupt:  # run() without signal handlers in the main thread: Ctrl-C again
-                self.stop(force=True, reason="KeyboardInterrupt")
-        self.shutdown.abandon_the_rest()
-        if self.shutdown.abandoned:
-            conn = _Connection(self, "shutdown")
-            try:
-                self._steps(self.shutdown.give_back_abandoned_steps(), conn)
-            finally:
-                conn.close()
-        self._threads.clear()
+
+Worker.__init__.__signature__ = settings_signature()  # type: ignore[attr-defined]

@@ -103,7 +103,7 @@ def test_retry_delays_grow_by_factor_to_the_cap_and_jitter_stays_in_its_band():
 
 def fail_steps(worker: Worker, job: Job, error: BaseException) -> tuple[Steps, RetriedCall]:
     """A job's steps up to its queue_fail call (the handler raised `error`)."""
-    steps = Steps(worker._job_steps(job))
+    steps = Steps(worker.dispatch.job_steps(job))
     assert isinstance(steps.op, Handle) and steps.op.job is job
     lock = steps.answer(error)
     assert lock == Acquire(job.lock)
@@ -169,7 +169,7 @@ def test_a_keyboard_interrupt_hands_the_message_back_at_once_and_stops_the_worke
 def test_a_kind_without_a_handler_is_the_message_s_failure_without_running_anything():
     worker = Worker(PG, register=False)
     worker.add_handler("q", lambda job: None, "welcome")
-    steps = Steps(worker._job_steps(Job(reservation(kind="other"))))
+    steps = Steps(worker.dispatch.job_steps(Job(reservation(kind="other"))))
     assert isinstance(steps.op, Acquire)  # no Handle: straight to the failure
     steps.op.lock.acquire()
     call = steps.answer(True)
@@ -370,7 +370,7 @@ def test_a_stop_ends_the_wait_at_the_next_slice():
 
 
 def handle_success(worker: Worker, job: Job) -> tuple[Steps, RetriedCall]:
-    steps = Steps(worker._job_steps(job))
+    steps = Steps(worker.dispatch.job_steps(job))
     assert isinstance(steps.op, Handle)
     assert steps.answer(None) == Acquire(job.lock)
     job.lock.acquire()
@@ -402,22 +402,22 @@ def test_otherwise_a_success_goes_to_the_completer_without_a_call_of_the_handler
     worker, _ = make_worker(dsn, *queues, **settings)
     job = Job(reservation())
     worker._inflight[("q", "k1", "welcome")] = job
-    steps = Steps(worker._job_steps(job))
+    steps = Steps(worker.dispatch.job_steps(job))
     assert steps.answer(None) == Acquire(job.lock)
     job.lock.acquire()
     steps.answer(True)
     assert steps.done and steps.result is None and job.done and not worker._inflight
-    assert worker._acks.get_nowait()[0] is job
+    assert worker.completer.acks.get_nowait()[0] is job
     assert worker.stats.succeeded == 0  # counted once the completer committed it
 
 
 def test_a_batch_acknowledgement_counts_what_held_and_logs_what_did_not(caplog):
     worker, _ = make_worker(PG)
     jobs = [(Job(reservation(key=f"k{i}")), 1.0) for i in range(3)]
-    worker._acknowledged("q", jobs, 3)
+    worker.dispatch.acknowledged("q", jobs, 3)
     assert (worker.stats.succeeded, worker.stats.lost) == (3, 0)
     with caplog.at_level(logging.WARNING, logger="pyqueue_sql.worker"):
-        worker._acknowledged("q", jobs, 2)  # one token was stale: the call does not say which
+        worker.dispatch.acknowledged("q", jobs, 2)  # one token was stale: the call does not say which
     assert (worker.stats.succeeded, worker.stats.lost) == (5, 1)
     [record] = [r for r in caplog.records if getattr(r, "event", None) == "lost"]
     assert record.n == 1 and "q/k0/welcome" in record.getMessage()
@@ -432,7 +432,7 @@ def test_the_prefetch_holds_a_bounded_time_of_the_handlers_work():
         worker.reserve_loop.free(),
         worker.reserve_loop.refill_at(),
     ) == (0, 4, 4)
-    worker._note_handler_time(0.001)  # quick handlers: the whole prefetch
+    worker.dispatch.note_handler_time(0.001)  # quick handlers: the whole prefetch
     assert (
         worker.reserve_loop.prefetch_now(),
         worker.reserve_loop.free(),
@@ -453,7 +453,7 @@ def test_a_prefetched_message_whose_lease_ran_low_is_handed_back_unstarted():
     worker, clock = make_worker(PG, handler=ran.append, lease=30.0)
     job = Job(reservation(), lease_until=clock.now + 9.0)
     worker._inflight[("q", "k1", "welcome")] = job
-    steps = Steps(worker._serve_steps(job))
+    steps = Steps(worker.dispatch.serve_steps(job))
     assert steps.op == Acquire(job.lock)
     job.lock.acquire()
     call = steps.answer(True)
@@ -461,7 +461,7 @@ def test_a_prefetched_message_whose_lease_ran_low_is_handed_back_unstarted():
     steps.answer(True)
     assert steps.done and not ran and worker.stats.lease_low == 1 and worker.stats.handed_back == 1
     fresh = Job(reservation(key="k2"), lease_until=clock.now + 11.0)
-    steps = Steps(worker._serve_steps(fresh))
+    steps = Steps(worker.dispatch.serve_steps(fresh))
     assert isinstance(steps.op, Handle) and steps.op.job is fresh
 
 
@@ -471,7 +471,7 @@ def test_after_a_stop_an_unstarted_message_is_handed_back_without_running_its_ha
     job = Job(reservation())
     worker._inflight[("q", "k1", "welcome")] = job
     worker.stop()
-    steps = Steps(worker._serve_steps(job))
+    steps = Steps(worker.dispatch.serve_steps(job))
     assert steps.op == Acquire(job.lock)
     job.lock.acquire()
     call = steps.answer(True)
@@ -663,7 +663,7 @@ def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
     for error in (Cancelled("asked"), asyncio.CancelledError()):
         job = Job(reservation())
         job.cancel_requested.set()
-        steps = Steps(worker._job_steps(job))
+        steps = Steps(worker.dispatch.job_steps(job))
         assert steps.answer(error) == Acquire(job.lock)
         job.lock.acquire()
         call = steps.answer(True)
@@ -682,33 +682,42 @@ def test_a_handler_that_stops_for_a_cancel_ends_its_message_with_cancel_held():
 
 @pytest.mark.parametrize(
     "module, part",
-    [
-        ("dispatch", "Dispatch"),
-    ],
+    [("dispatch", "Dispatch"), ("dispatch", "ReserveLoop"), ("batches", "BatchLanes")],
 )
-def test_each_part_of_the_worker_declares_the_state_it_uses(module, part):
-    """A part of WorkerBase (a mixin) names every attribute of self it reads or calls in its own
-    class body: a method, an annotation, or a stub under TYPE_CHECKING, so that a reader and a
-    type checker see what it takes from the others."""
+def test_each_part_of_the_worker_is_an_object_given_what_it_uses(module, part):
+    """A part of the worker is an object the worker holds, not a base class of it: every attribute
+    of self it reads or calls is one of its methods or set by itself (in __init__, or attach()
+    for the parts made after it), so that what it takes from the others is passed explicitly."""
     import ast
     from pathlib import Path
 
     import pyqueue_sql.worker
+    from pyqueue_sql.worker.base import WorkerBase
 
+    assert part not in {c.__name__ for c in WorkerBase.__mro__}
     source = (Path(pyqueue_sql.worker.__file__).parent / f"{module}.py").read_text()
     cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == part)
-    body = [m for n in cls.body for m in (n.body if isinstance(n, ast.If) else [n])]
-    declared = {n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    declared |= {n.target.id for n in body if isinstance(n, ast.AnnAssign)}
-    declared |= {
-        t.id for n in body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
-    }
+    declared = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    setters = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "attach")]
+    for fn in setters:
+        for n in ast.walk(fn):
+            targets = (
+                n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+            )
+            for t in targets:
+                for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    if (
+                        isinstance(e, ast.Attribute)
+                        and isinstance(e.value, ast.Name)
+                        and e.value.id == "self"
+                    ):
+                        declared.add(e.attr)
     used = {
         n.attr
         for n in ast.walk(cls)
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
     }
-    assert sorted(used - declared) == []
+    assert setters and sorted(used - declared) == []
 
 
 # -- the settings ----------------------------------------------------------------------------
@@ -783,6 +792,60 @@ def test_the_settings_in_range_are_taken_and_the_defaults_are_one_list():
     args = build_parser().parse_args(["worker", "m:f", "--queue", "q"])
     given = worker_settings(args)
     assert given == {name: WorkerSettings().keywords()[name] for name in given}
+
+
+# The settings `pyqueue-sql worker` has no option for (a worker object in a module sets them)
+NOT_ON_THE_COMMAND_LINE = {
+    "poll_min",
+    "poll_max",
+    "linger",
+    "long_poll_wait",
+    "long_poll_check",
+    "commit_reserve",
+}
+
+
+def test_each_setting_option_of_the_command_is_named_and_defaults_as_its_setting():
+    """`pyqueue-sql worker`'s options are WorkerSettings' fields by name (settings_from_options
+    maps them, in one place), each defaulting to None (the worker's default) or to the field's
+    own default; a setting it does not offer is listed above, so that a new one is a decision."""
+    import argparse
+    import dataclasses
+
+    from pyqueue_sql.cli import build_parser
+    from pyqueue_sql.worker.settings import WorkerSettings
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {a.dest: a.default for a in sub.choices["worker"]._actions}
+    fields = {f.name: f.default for f in dataclasses.fields(WorkerSettings)}
+    assert {name for name in fields if name not in options} == NOT_ON_THE_COMMAND_LINE
+    for name, default in fields.items():
+        if name in options:
+            assert options[name] in (None, default), name
+
+
+def test_a_misspelt_setting_is_a_type_error_and_the_typed_keywords_are_the_settings(monkeypatch):
+    """Worker and AsyncWorker take WorkerSettings' fields as keywords, typed by WorkerOptions for
+    a type checker (tests/unit/test_worker_typing.py) and checked against them when the module
+    is imported: a field typed otherwise, or missing there, is an ImportError."""
+    import dataclasses
+
+    from pyqueue_sql.aio import AsyncWorker
+    from pyqueue_sql.worker import settings as settings_module
+
+    for make in (Worker, AsyncWorker):
+        with pytest.raises(TypeError, match="concurrancy"):
+            make(PG, concurrancy=2)
+    assert AsyncWorker(PG, connections=2, concurrency=8).connections == 2
+    fields = {f.name: f.type for f in dataclasses.fields(settings_module.WorkerSettings)}
+    assert {k: t.__forward_arg__ for k, t in settings_module.WorkerOptions.__annotations__.items()} == fields
+    settings_module._check_options()
+    monkeypatch.setitem(settings_module.WorkerOptions.__annotations__, "lease", "int")
+    with pytest.raises(ImportError, match="lease"):
+        settings_module._check_options()
+    monkeypatch.delitem(settings_module.WorkerOptions.__annotations__, "lease")
+    with pytest.raises(ImportError, match="lease"):
+        settings_module._check_options()
 
 
 # -- the run ---------------------------------------------------------------------------------

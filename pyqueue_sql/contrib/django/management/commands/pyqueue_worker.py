@@ -139,7 +139,11 @@ class Command(BaseCommand):
             "--poll-fallback", type=_seconds, help="seconds between polls when LISTEN is quiet"
         )
         parser.add_argument(
-            "--no-listen", dest="listen", action="store_false", help="long-poll instead of LISTEN"
+            "--no-listen",
+            dest="listen",
+            action="store_false",
+            default=WorkerSettings.listen,
+            help="long-poll instead of LISTEN",
         )
         parser.add_argument(
             "--listen-dsn", help="a direct connection for the LISTEN (behind a transaction pooler)"
@@ -152,7 +156,11 @@ class Command(BaseCommand):
             help="seconds to let handlers finish",
         )
         parser.add_argument(
-            "--no-register", dest="register", action="store_false", help="no worker registry row"
+            "--no-register",
+            dest="register",
+            action="store_false",
+            default=WorkerSettings.register,
+            help="no worker registry row",
         )
         parser.add_argument(
             "--release-dead-after", type=float, help="release the messages of workers silent this long"
