@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,23 @@ def first_failure(output: str) -> str:
     return tail[-1][:300] if tail else "(no output)"
 
 
+def select_dialect(args: list[str], dialect: str) -> tuple[list[str], str]:
+    """The tests' pytest arguments without their -k expression, and that expression narrowed to the
+    mutant's dialect (pytest keeps only the last -k given: the dialect's must not replace the user's)."""
+    rest, exprs, i = [], [], 0
+    while i < len(args):
+        if args[i] == "-k" and i + 1 < len(args):
+            exprs.append(args[i + 1])
+            i += 2
+            continue
+        if args[i].startswith("-k") and len(args[i]) > 2:
+            exprs.append(args[i][2:])
+        else:
+            rest.append(args[i])
+        i += 1
+    return rest, " and ".join([f"({e})" for e in exprs] + [dialect])
+
+
 def run_one(m: dict, tests: str, examples: int, timeout: float) -> tuple[str, str, float]:
     with tempfile.TemporaryDirectory(prefix="pyqueue-mutant-") as tmp:
         for name in COPIED:
@@ -88,8 +106,9 @@ def run_one(m: dict, tests: str, examples: int, timeout: float) -> tuple[str, st
         target.write_text(target.read_text().replace(m["find"], m["replace"], 1))
         env = dict(os.environ, PYTHONPATH=tmp, PYQUEUE_MODEL_EXAMPLES=str(examples), PYQUEUE_MODEL_SHRINK="0")
         d = dialect_of(m)
-        cmd = [sys.executable, "-m", "pytest", *tests.split(), "-x", "-q", "-rfE", "-p", "no:cacheprovider",
-               "-k", d, "-o", "addopts="]  # fmt: skip
+        args, expr = select_dialect(shlex.split(tests), d)
+        cmd = [sys.executable, "-m", "pytest", *args, "-x", "-q", "-rfE", "-p", "no:cacheprovider",
+               "-k", expr, "-o", "addopts="]  # fmt: skip
         start = time.monotonic()
         try:
             done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
