@@ -237,3 +237,67 @@ def test_schedules_replaced_at_once_leave_one_pending_occurrence(sessions, diale
     assert len(pending) == 1, pending
     ((payload,),) = [(r[3],) for r in holder.call("queue_schedules", q)]
     assert holder.json_out(payload) == {"v": 3}
+
+
+def test_a_push_whose_snapshot_predates_a_drop_leaves_no_message_behind(sessions):
+    """A push inside a REPEATABLE READ transaction whose snapshot still sees a queue another session
+    dropped since: refused (PostgreSQL: a serialization failure from the queue row's share lock;
+    MySQL/MariaDB: unknown_queue from their locking read of it), and no message outlives its queue.
+    A wakeup window of an hour, and a push before, keep the push from writing the queue's wakeup
+    row (its foreign key would refuse it too)."""
+    pusher, admin = sessions(2)
+    q = unique("rrdrop")
+    admin.create(q)
+    admin.call("queue_set_notify_window", q, admin.dur(3600))
+    admin.push(q, "first")
+    if pusher.pg:
+        pusher.sql("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    else:
+        pusher.sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        pusher.sql("START TRANSACTION")
+    pusher.sql("SELECT 1 FROM pyqueue_queue WHERE queue_name = %s", q)  # the snapshot
+    admin.call("queue_drop", q)
+    with pytest.raises(Exception, match="serialize|unknown_queue"):
+        pusher.push(q, "m")
+    pusher.rollback()
+    assert admin.sql("SELECT count(*) FROM pyqueue_message WHERE queue_name = %s", q) == [(0,)]
+
+
+def test_a_drop_waits_for_an_open_ingest_into_its_queue(sessions):
+    """Rows written into queue_ingest by a transaction still open (enqueued by the trigger on
+    PostgreSQL, by queue_ingest_flush in that transaction on MySQL/MariaDB) hold the queue row's
+    shared lock: a queue_drop waits for that transaction, then deletes what it enqueued; no
+    message outlives its queue. (A wakeup window of an hour and a push before keep the enqueue
+    from writing the queue's wakeup row, whose foreign key would hold the lock too.)"""
+    loader, admin, watcher = sessions(3)
+    q = unique("ingdrop")
+    admin.create(q)
+    admin.call("queue_set_notify_window", q, admin.dur(3600))
+    admin.push(q, "first")
+    loader.begin()
+    loader.sql("INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, 'm', 'k', '{}')", q)
+    if not loader.pg:
+        loader.call("queue_ingest_flush", q)
+    drop = call_that_waits(watcher, admin, admin.call, "queue_drop", q)
+    loader.sql("COMMIT")
+    drop.join()
+    assert admin.sql("SELECT count(*) FROM pyqueue_message WHERE queue_name = %s", q) == [(0,)]
+
+
+@pytest.mark.only_dialect("mysql")  # PostgreSQL enqueues in the INSERT's trigger: its flush only reports
+def test_a_flush_of_every_queue_blocks_every_other_flush(sessions):
+    """docs/contract/18_ingest.md: "a flush of all queues waits for and blocks every other flush of
+    that database". A queue_ingest_flush(NULL) inside an open transaction holds the row '' of
+    pyqueue_ingest_lock until it ends: a flush of one queue, of a row appended after it, waits
+    for it, then enqueues that row."""
+    first, second, watcher = sessions(3)
+    q = unique("flushser")
+    first.create(q)
+    first.call("queue_ingest_flush", None)  # the lock rows exist (a first flush inserts them)
+    first.begin()
+    first.call("queue_ingest_flush", None)
+    second.sql("INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES (%s, 'm', 'k', '{}')", q)
+    flush = call_that_waits(watcher, second, second.call, "queue_ingest_flush", q)
+    first.sql("COMMIT")
+    assert flush.join() == [(1, 0, 0)]
+    assert first.keys(q) == {"m": "ready"}
