@@ -301,3 +301,30 @@ def test_a_flush_of_every_queue_blocks_every_other_flush(sessions):
     first.sql("COMMIT")
     assert flush.join() == [(1, 0, 0)]
     assert first.keys(q) == {"m": "ready"}
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_commit_in_the_consumers_transaction_records_the_progress_reported_meanwhile(sessions, grouped):
+    """A consumer holds a transaction open (at the server's default isolation; it read the queue
+    first) while its progress is reported from another connection; then it commits the message
+    inside that transaction. The outcome records the progress as it is at the commit (read under
+    the message's lock), not as the transaction's first read saw it."""
+    consumer, reporter = sessions(2)
+    q = unique("progress")
+    consumer.create(q)
+    consumer.call("queue_set_result_retention", q, consumer.dur(86400))
+    if grouped:
+        consumer.push_grouped(q, "g", "m")
+    else:
+        consumer.push(q, "m")
+    ((key, kind, token),) = consumer.reserve(q)
+    assert reporter.one("queue_set_progress", q, key, kind, token, json.dumps({"done": 1}),
+                        casts=("", "", "", "", "::jsonb"))  # fmt: skip
+    consumer.begin()
+    assert consumer.keys(q) == {"m": "reserved"}  # the transaction's first read
+    assert reporter.one("queue_set_progress", q, key, kind, token, json.dumps({"done": 2}),
+                        casts=("", "", "", "", "::jsonb"))  # fmt: skip
+    assert consumer.one("queue_commit", q, key, kind, token)
+    consumer.sql("COMMIT")
+    ((state, _result, _error, _attempts, progress, *_),) = consumer.call("queue_result", q, key, kind)
+    assert (state, consumer.json_out(progress)) == ("succeeded", {"done": 2})
