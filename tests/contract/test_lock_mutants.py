@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 
 import pytest
 
-from .lock_sessions import Session, call_that_waits, unique
+from .lock_sessions import Call, Session, call_that_waits, unique
 
 
 @pytest.fixture
@@ -328,3 +329,43 @@ def test_a_commit_in_the_consumers_transaction_records_the_progress_reported_mea
     consumer.sql("COMMIT")
     ((state, _result, _error, _attempts, progress, *_),) = consumer.call("queue_result", q, key, kind)
     assert (state, consumer.json_out(progress)) == ("succeeded", {"done": 2})
+
+
+def test_a_batch_commit_holds_its_messages_before_it_records_their_outcomes(sessions):
+    """queue_commit_batch on a queue that keeps results, in a READ COMMITTED transaction of the
+    caller: it locks the messages it still holds before it records their outcomes, so a
+    queue_remove of one of them racing it waits and finds it gone: the batch committed it and its
+    outcome is 'succeeded'. (Here the batch's outcome row waits for a purge of the key's earlier
+    outcome, a transaction left open, while the remove runs: without that lock the remove took
+    the message away between the outcome's read and the delete, and the batch answered 0 with
+    an outcome 'succeeded' recorded.)"""
+    committer, purger, remover, watcher = sessions(4)
+    q = unique("batchlock")
+    committer.create(q)
+    committer.call("queue_set_result_retention", q, committer.dur(86400))
+    committer.push(q, "m")
+    assert committer.pop(q) == ["m"]  # an earlier outcome of the key
+    committer.push(q, "m")
+    ((key, kind, token),) = committer.reserve(q)
+    purger.begin()
+    assert purger.one("queue_purge_results", q, None, None, None) == 1
+    if committer.pg:
+        committer.sql("BEGIN ISOLATION LEVEL READ COMMITTED")
+    else:
+        committer.sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        committer.sql("START TRANSACTION")
+    batch = call_that_waits(
+        watcher, committer, committer.one, "queue_commit_batch", q,
+        committer.array([key]), committer.array([kind]), committer.array([token]),
+    )  # fmt: skip
+    remove = Call(remover.one, "queue_remove", q, key, kind)
+    stop = time.monotonic() + 60
+    while not (remove.done() or watcher.waits(remover.backend)):  # it waits for the batch, or is done
+        assert time.monotonic() < stop, "the remove neither waited nor returned"
+        time.sleep(0.02 if watcher.pg else 0.2)
+    purger.sql("COMMIT")
+    assert batch.join() == 1
+    committer.sql("COMMIT")
+    assert not remove.join()
+    ((state, *_),) = committer.call("queue_result", q, key, kind)
+    assert state == "succeeded"
