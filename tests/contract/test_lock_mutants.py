@@ -369,3 +369,35 @@ def test_a_batch_commit_holds_its_messages_before_it_records_their_outcomes(sess
     assert not remove.join()
     ((state, *_),) = committer.call("queue_result", q, key, kind)
     assert state == "succeeded"
+
+
+def test_a_parent_removed_in_a_transaction_older_than_its_child_cancels_the_child(sessions, dialect):
+    """A caller's REPEATABLE READ transaction read the queue before a child was pushed after a
+    parent; then it removes the parent. The children a removed parent leaves are read with a
+    locking read (the latest rows, whatever the snapshot): the child pushed meanwhile is
+    cancelled, never left waiting for a parent that is gone. (PostgreSQL refuses a removal with
+    children at REPEATABLE READ: then nothing changes and the child waits for its live parent.)"""
+    caller, producer = sessions(2)
+    q = unique("rrdeps")
+    caller.create(q)
+    caller.call("queue_set_result_retention", q, caller.dur(86400))
+    caller.push(q, "parent", kind="job")
+    if caller.pg:
+        caller.sql("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    else:
+        caller.sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        caller.sql("START TRANSACTION")
+    assert caller.keys(q) == {"parent": "ready"}  # the snapshot
+    parents = json.dumps([{"queue": q, "p_key": "parent", "p_kind": "job"}])
+    assert producer.one("queue_push_after", q, "child", "job", "{}", parents, casts=("", "", "", "::jsonb", "::jsonb"))
+    try:
+        assert caller.one("queue_remove", q, "parent", "job")
+        caller.sql("COMMIT")
+    except Exception as exc:  # noqa: BLE001 - PostgreSQL: READ COMMITTED only
+        caller.rollback()
+        assert dialect == "postgresql", exc
+        assert producer.keys(q) == {"parent": "ready", "child": "delayed"}
+        return
+    assert producer.keys(q) == {}
+    ((state, *_),) = producer.call("queue_result", q, "child", "job")
+    assert state == "cancelled"
