@@ -389,7 +389,9 @@ def test_a_parent_removed_in_a_transaction_older_than_its_child_cancels_the_chil
         caller.sql("START TRANSACTION")
     assert caller.keys(q) == {"parent": "ready"}  # the snapshot
     parents = json.dumps([{"queue": q, "p_key": "parent", "p_kind": "job"}])
-    assert producer.one("queue_push_after", q, "child", "job", "{}", parents, casts=("", "", "", "::jsonb", "::jsonb"))
+    assert producer.one(
+        "queue_push_after", q, "child", "job", "{}", parents, casts=("", "", "", "::jsonb", "::jsonb")
+    )
     try:
         assert caller.one("queue_remove", q, "parent", "job")
         caller.sql("COMMIT")
@@ -401,3 +403,29 @@ def test_a_parent_removed_in_a_transaction_older_than_its_child_cancels_the_chil
     assert producer.keys(q) == {}
     ((state, *_),) = producer.call("queue_result", q, "child", "job")
     assert state == "cancelled"
+
+
+def test_a_last_failure_racing_a_drop_in_a_transaction_dead_letters_and_never_deadlocks(sessions):
+    """queue_fail of a message's last allowed delivery takes the queue row before the message
+    row, the order queue_drop takes them in (MySQL/MariaDB; PostgreSQL's drop takes the messages
+    first, in the order a failure takes them): a drop inside a caller's transaction racing it
+    waits and then drops the queue; the failure dead-letters the message; neither is a deadlock
+    victim. (The failure is held at its dead-letter copy, whose key a producer's open
+    transaction is pushing into the dead-letter queue, while the drop starts.)"""
+    failer, producer, dropper, watcher = sessions(4)
+    q, dlq = unique("lastfail"), unique("lastfail.dlq")
+    failer.create(dlq)
+    failer.create(q, max_attempts=1, dlq=dlq)
+    failer.push(q, "m")
+    ((key, kind, token),) = failer.reserve(q)
+    failer.lock_timeout(30)  # (taking them the other way, it waited this long for the drop, and failed)
+    producer.begin()
+    assert producer.push(dlq, "m")
+    fail = call_that_waits(watcher, failer, failer.one, "queue_fail", q, key, kind, token, None, "boom")
+    dropper.begin()
+    drop = call_that_waits(watcher, dropper, dropper.call, "queue_drop", q)
+    producer.sql("COMMIT")
+    assert fail.join() == "dead_lettered"
+    drop.join()
+    dropper.sql("COMMIT")
+    assert failer.keys(dlq) == {"m": "ready"}
