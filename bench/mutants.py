@@ -10,7 +10,9 @@ contract's model and tests/contract) from that copy: the tests install the mutat
 their own scratch databases on the suite's servers. The mutant is killed when a test fails;
 the report gives the first failing test and its error's first line. First the unmutated copy runs
 the same tests on each dialect: when it fails, the run stops (a kill must be the mutant's). Exit 0 only when every
-mutant is killed. The built-in list is bench/mutants.jsonl (bench/README.md, Mutants)."""
+mutant is killed, except the ones marked equivalent: a mutant whose line has "equivalent": "<why>" (no behaviour
+a test could observe) is not run, reported as "equivalent" with its reason, and does not count against the exit
+status. The built-in list is bench/mutants.jsonl (bench/README.md, Mutants)."""
 
 from __future__ import annotations
 
@@ -153,7 +155,12 @@ def main() -> int:
     if a.match:
         rx = re.compile(a.match)
         mutants = [m for m in mutants if rx.search(m["file"] + m["find"] + m.get("note", ""))]
-    counts = {"killed": 0, "survived": 0, "error": 0}
+    counts = {"killed": 0, "survived": 0, "error": 0, "equivalent": 0}
+    for m in [m for m in mutants if m.get("equivalent")]:
+        counts["equivalent"] += 1
+        print(f"{'equivalent':8} {a.file.name}:{m['line']} {m['file']} {m.get('note', '')}", flush=True)
+        print(f"         {m['equivalent']}", flush=True)
+    mutants = [m for m in mutants if not m.get("equivalent")]
     for d in sorted({dialect_of(m) for m in mutants}):  # a kill counts only where the tree passes
         unmutated = next(m for m in mutants if dialect_of(m) == d) | {"find": "", "replace": ""}
         verdict, why, _ = run_one(unmutated, a.tests, a.examples, a.timeout)
@@ -169,7 +176,8 @@ def main() -> int:
         if why:
             print(f"         {why}", flush=True)
     print(
-        f"{len(mutants)} mutants: {counts['killed']} killed, {counts['survived']} survived, {counts['error']} errors"
+        f"{len(mutants) + counts['equivalent']} mutants: {counts['killed']} killed, {counts['survived']} survived, "
+        f"{counts['error']} errors, {counts['equivalent']} equivalent (not run)"
     )
     return 0 if counts["killed"] == len(mutants) else 1
 
