@@ -5,6 +5,7 @@ lock wait timeout shows it waited) or must wait for it (seen waiting from a thir
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -39,12 +40,19 @@ class Session(plainsql.Session):
         kept = None if history is None else self.dur(history)
         self.call("queue_create", queue, vis, max_attempts, dlq, kept)
 
+    def at(self, when: dt.datetime | None):
+        """An aware time as each driver takes it: aware for PostgreSQL's timestamptz, naive UTC for a
+        MySQL/MariaDB DATETIME."""
+        if when is None or self.pg:
+            return when
+        return when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+
     def push(self, queue: str, key: str, kind: str = "k", payload=None, run_at=None, priority=None) -> bool:
-        return bool(self.one("queue_push", queue, key, kind, json.dumps(payload or {}), run_at, priority,
+        return bool(self.one("queue_push", queue, key, kind, json.dumps(payload or {}), self.at(run_at), priority,
                              casts=("", "", "", "::jsonb", "::timestamptz", "::integer")))  # fmt: skip
 
     def push_grouped(self, queue: str, group: str, key: str, kind: str = "k", run_at=None) -> bool:
-        return bool(self.one("queue_push_grouped", queue, group, key, kind, "{}", run_at, None,
+        return bool(self.one("queue_push_grouped", queue, group, key, kind, "{}", self.at(run_at), None,
                              casts=("", "", "", "", "::jsonb", "::timestamptz", "::integer")))  # fmt: skip
 
     def reserve(self, queue: str, n: int = 1, timeout: float | None = 600, worker: str = "w") -> list[tuple]:

@@ -31,7 +31,7 @@ def sessions(dsn):
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.timezone.utc)
 
 
 # ---- reservers skip what another transaction holds ----------------------------------------------
