@@ -1,5 +1,5 @@
-"""Sessions for the tests of what the routines' locks are for (test_lock_mutants.py,
-test_check_mutants.py): several real connections in autocommit mode calling the routines in plain
+"""Sessions for the tests of what the routines' locks are for (test_checks_locks.py,
+test_checks_tokens.py): several real connections in autocommit mode calling the routines in plain
 SQL, one holding a transaction open while another calls a routine that must not wait for it (a
 lock wait timeout shows it waited) or must wait for it (seen waiting from a third session)."""
 
