@@ -10,7 +10,9 @@ contract's model and tests/contract) from that copy: the tests install the mutat
 their own scratch databases on the suite's servers. The mutant is killed when a test fails;
 the report gives the first failing test and its error's first line. First the unmutated copy runs
 the same tests on each dialect: when it fails, the run stops (a kill must be the mutant's). Exit 0 only when every
-mutant is killed. The built-in list is bench/mutants.jsonl (bench/README.md, Mutants)."""
+mutant is killed, except the ones marked equivalent: a mutant whose line has "equivalent": "<why>" (no behaviour
+a test could observe) is not run, reported as "equivalent" with its reason, and does not count against the exit
+status. The built-in list is bench/mutants.jsonl (bench/README.md, Mutants)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -78,6 +81,23 @@ def first_failure(output: str) -> str:
     return tail[-1][:300] if tail else "(no output)"
 
 
+def select_dialect(args: list[str], dialect: str) -> tuple[list[str], str]:
+    """The tests' pytest arguments without their -k expression, and that expression narrowed to the
+    mutant's dialect (pytest keeps only the last -k given: the dialect's must not replace the user's)."""
+    rest, exprs, i = [], [], 0
+    while i < len(args):
+        if args[i] == "-k" and i + 1 < len(args):
+            exprs.append(args[i + 1])
+            i += 2
+            continue
+        if args[i].startswith("-k") and len(args[i]) > 2:
+            exprs.append(args[i][2:])
+        else:
+            rest.append(args[i])
+        i += 1
+    return rest, " and ".join([f"({e})" for e in exprs] + [dialect])
+
+
 def run_one(m: dict, tests: str, examples: int, timeout: float) -> tuple[str, str, float]:
     with tempfile.TemporaryDirectory(prefix="pyqueue-mutant-") as tmp:
         for name in COPIED:
@@ -88,8 +108,9 @@ def run_one(m: dict, tests: str, examples: int, timeout: float) -> tuple[str, st
         target.write_text(target.read_text().replace(m["find"], m["replace"], 1))
         env = dict(os.environ, PYTHONPATH=tmp, PYQUEUE_MODEL_EXAMPLES=str(examples), PYQUEUE_MODEL_SHRINK="0")
         d = dialect_of(m)
-        cmd = [sys.executable, "-m", "pytest", *tests.split(), "-x", "-q", "-rfE", "-p", "no:cacheprovider",
-               "-k", d, "-o", "addopts="]  # fmt: skip
+        args, expr = select_dialect(shlex.split(tests), d)
+        cmd = [sys.executable, "-m", "pytest", *args, "-x", "-q", "-rfE", "-p", "no:cacheprovider",
+               "-k", expr, "-o", "addopts="]  # fmt: skip
         start = time.monotonic()
         try:
             done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
@@ -134,7 +155,12 @@ def main() -> int:
     if a.match:
         rx = re.compile(a.match)
         mutants = [m for m in mutants if rx.search(m["file"] + m["find"] + m.get("note", ""))]
-    counts = {"killed": 0, "survived": 0, "error": 0}
+    counts = {"killed": 0, "survived": 0, "error": 0, "equivalent": 0}
+    for m in [m for m in mutants if m.get("equivalent")]:
+        counts["equivalent"] += 1
+        print(f"{'equivalent':8} {a.file.name}:{m['line']} {m['file']} {m.get('note', '')}", flush=True)
+        print(f"         {m['equivalent']}", flush=True)
+    mutants = [m for m in mutants if not m.get("equivalent")]
     for d in sorted({dialect_of(m) for m in mutants}):  # a kill counts only where the tree passes
         unmutated = next(m for m in mutants if dialect_of(m) == d) | {"find": "", "replace": ""}
         verdict, why, _ = run_one(unmutated, a.tests, a.examples, a.timeout)
@@ -150,7 +176,8 @@ def main() -> int:
         if why:
             print(f"         {why}", flush=True)
     print(
-        f"{len(mutants)} mutants: {counts['killed']} killed, {counts['survived']} survived, {counts['error']} errors"
+        f"{len(mutants) + counts['equivalent']} mutants: {counts['killed']} killed, {counts['survived']} survived, "
+        f"{counts['error']} errors, {counts['equivalent']} equivalent (not run)"
     )
     return 0 if counts["killed"] == len(mutants) else 1
 

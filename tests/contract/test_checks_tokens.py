@@ -1,0 +1,91 @@
+"""A token that no longer holds changes nothing, locks nothing: the routines' token checks shown
+with real connections where they are not redundant (a caller's transaction, a snapshot older than
+the reservation, a fast path that skips the general one). Each test kills mutants of
+bench/mutants.jsonl that drop a token check (docs/reliability.md, "The whole contract's model and
+its mutants")."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from .lock_sessions import Session, unique
+
+
+@pytest.fixture
+def sessions(dsn):
+    opened: list[Session] = []
+
+    def make(n: int) -> list[Session]:
+        new = [Session(dsn) for _ in range(n)]
+        opened.extend(new)
+        return new
+
+    yield make
+    for s in opened:
+        s.close()
+
+
+def test_commit_reserve_with_a_token_that_does_not_hold_commits_nothing(sessions):
+    """queue_commit_reserve on a queue without history or results (its short way: one DELETE):
+    a token that is not the reservation's commits nothing; the holder still commits it."""
+    (s,) = sessions(1)
+    q = unique("cr")
+    s.create(q)
+    s.push(q, "m")
+    ((key, kind, token),) = s.reserve(q)
+    rows = s.call("queue_commit_reserve", q, key, kind, str(uuid.uuid4()), "w", None, 1, None)
+    if s.pg:
+        assert rows == [(False,) + (None,) * 9]  # committed: false, nothing reserved
+    assert s.keys(q) == {"m": "reserved"}
+    assert s.one("queue_commit", q, key, kind, token)
+
+
+def test_an_extend_with_a_token_that_does_not_hold_locks_no_slot(sessions):
+    """A kind with a concurrency limit: an extend with a token that is not the reservation's
+    answers NULL and, inside the caller's transaction, holds no lock: the holder's own extend
+    goes through at once (it would time out waiting for a slot the stale call locked)."""
+    stale, holder = sessions(2)
+    q = unique("extlim")
+    holder.create(q)
+    holder.call("queue_set_limit", q, "k", 1)
+    holder.push(q, "m")
+    ((key, kind, token),) = holder.reserve(q)
+    holder.lock_timeout()
+    stale.begin()
+    assert stale.one("queue_extend", q, key, kind, str(uuid.uuid4()), None) is None
+    assert holder.one("queue_extend", q, key, kind, token, None) is not None
+    stale.rollback()
+
+
+def test_releasing_dead_workers_with_an_old_snapshot_leaves_a_live_reservation_alone(sessions, dialect):
+    """A worker whose heartbeat went stale handed its message back (rollback) and a live consumer
+    took it. A queue_release_dead_workers whose snapshot (a REPEATABLE READ transaction of the
+    caller, begun before) still shows the stale worker holding it must not release the live
+    consumer's reservation: it leaves it alone, or is refused (PostgreSQL: a serialization
+    failure, 40001, for the caller to retry)."""
+    admin, caller, live = sessions(3)
+    q = unique("dead")
+    admin.create(q)
+    admin.push(q, "m")
+    ((worker_id, _secret),) = admin.call("queue_worker_register", "stale", None, None, None)
+    ((key, kind, stale_token),) = admin.reserve(q, worker=f"stale#{worker_id}")
+    if caller.pg:
+        caller.sql("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        caller.sql("SELECT count(*) FROM pyqueue_message")  # the snapshot
+    else:
+        caller.sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        caller.sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    assert admin.one("queue_rollback", q, key, kind, stale_token, None) in (True, 1)
+    ((_, _, token),) = live.reserve(q, worker="live")
+    time.sleep(0.01)  # the stale worker's heartbeat older than the 1 ms asked for below
+    try:
+        caller.call("queue_release_dead_workers", caller.dur(0.001))
+        caller.sql("COMMIT")
+    except Exception as exc:  # noqa: BLE001 - PostgreSQL refuses the stale snapshot's update
+        caller.rollback()
+        assert dialect == "postgresql" and getattr(exc, "sqlstate", None) == "40001", exc
+    assert live.keys(q) == {"m": "reserved"}
+    assert live.one("queue_commit", q, key, kind, token)
