@@ -53,7 +53,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts)
@@ -117,7 +117,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts, headers)
@@ -182,7 +182,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts, headers)
@@ -366,8 +366,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0, v_head_id = NULL;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             -- the queue was dropped meanwhile (the group row's foreign key)
             DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
@@ -492,8 +491,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             -- the queue was dropped meanwhile (the group rows' foreign key)
             DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;

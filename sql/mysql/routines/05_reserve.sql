@@ -260,7 +260,7 @@ BEGIN
             IF v_got = 0 THEN LEAVE pages; END IF;
             SET v_claims = 0;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
                 UPDATE (SELECT x.id, (in_max IS NOT NULL AND x.attempts >= in_max) OR COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
                                     AND JSON_UNQUOTE(JSON_EXTRACT(x.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS dead
                           FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
@@ -419,7 +419,7 @@ BEGIN
                   9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
             SET v_claims = 0;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
                 UPDATE (SELECT x.id
                           FROM pyqueue_message x FORCE INDEX (PRIMARY)
                          WHERE x.id = v_id AND x.queue_name = in_queue AND x.scheduled_at <= in_now
@@ -537,8 +537,7 @@ BEGIN
                 REPEAT
                     SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '';
                     BEGIN
-                        DECLARE EXIT HANDLER FOR 1213, 1467  -- 1467: a deadlock on the AUTO-INC lock (the dead-letter insert)
-                        BEGIN ROLLBACK; SET v_txn = 0; IF v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                        DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
                         START TRANSACTION;
                         SET v_txn = 1;
@@ -1067,11 +1066,7 @@ BEGIN
              LIMIT v_page;
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
         -- in the call's own transaction: rolled back whole (by the server already, on a deadlock) and run again
-        DECLARE EXIT HANDLER FOR 1213, 1467
-        BEGIN
-            IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0, v_claimed = '[]'; END IF;
-            IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-        END;
+        DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
         IF v_own = 1 THEN
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
             START TRANSACTION;

@@ -461,8 +461,7 @@ BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213, 1467
-                BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
                 IF v_own = 1 THEN START TRANSACTION; END IF;
                 CALL pyqueue__commit_batch_held(v_queue, v_ids, v_found, v_occs, in_results, v_history, v_results, v_now,
@@ -513,7 +512,7 @@ BEGIN
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_id BIGINT;
     DECLARE v_done INT DEFAULT NULL;
-    DECLARE v_own, v_found, v_txn, v_claims, v_tries INT DEFAULT 0;
+    DECLARE v_own, v_mine, v_found, v_txn, v_claims, v_tries INT DEFAULT 0;
     DECLARE v_retry INT;
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
     DECLARE v_checked, v_above BOOLEAN;
@@ -579,23 +578,23 @@ BEGIN
     -- the caller's transaction) after the reserve.
     SET v_first = COALESCE(v_commit AND v_id > 0 AND v_group IS NULL
                            AND (v_short OR v_expired OR (v_txn = 1 AND v_limited)), FALSE);
+    -- the call runs again on a deadlock only in its own transaction on a queue with limits (its rows are sent at its
+    -- end); elsewhere it may have sent rows (the short way), and a deadlock fails it whole (rolled back by the handler
+    -- for SQLEXCEPTION)
+    SET v_own = v_txn = 1 AND v_limited AND NOT v_paused;
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_claims = 0, v_done = IF(v_commit, 0, NULL);
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_txn = 1 THEN ROLLBACK; END IF;
-                IF v_txn = 1 AND v_limited AND NOT v_paused AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-            END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             IF v_txn = 1 THEN
                 IF v_short OR v_limited THEN SET TRANSACTION ISOLATION LEVEL READ COMMITTED; END IF;
                 START TRANSACTION;
             END IF;
             IF v_group IS NOT NULL THEN
                 -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
-                CALL pyqueue__own_transaction(TRUE, v_own);
+                CALL pyqueue__own_transaction(TRUE, v_mine);
                 CALL pyqueue__group_leave(IF(v_results, 'commit_result', 'commit'), v_queue, v_group, v_id, v_key,
-                                          v_kind, v_held, NULL, NULL, UTC_TIMESTAMP(6), v_own, v_done);
+                                          v_kind, v_held, NULL, NULL, UTC_TIMESTAMP(6), v_mine, v_done);
             ELSEIF v_first THEN
                 CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history,
                                           IF(v_results, 'succeeded', NULL), NULL, TRUE, v_done);

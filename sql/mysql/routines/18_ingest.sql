@@ -30,7 +30,7 @@ BEGIN
     DECLARE v_page, v_live INT;
     DECLARE v_ids LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_pending, v_enqueued, v_rejected, v_deleted, v_dups BIGINT DEFAULT 0;
-    DECLARE v_tries, v_deadlock INT DEFAULT 0;
+    DECLARE v_tries, v_retry INT DEFAULT 0;
     DECLARE v_lockname VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_bad_text, v_bad_payload LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
@@ -55,13 +55,12 @@ BEGIN
     IF v_queue IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pyqueue_ingest_lock l WHERE l.scope = v_queue) THEN
         INSERT IGNORE INTO pyqueue_ingest_lock (scope) VALUES (v_queue);
     END IF;
-    attempt: LOOP
-        SET v_deadlock = 0, v_tries = v_tries + 1,
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1,
             v_pending = 0, v_enqueued = 0, v_rejected = 0, v_deleted = 0, v_dups = 0,
             v_bad_text = NULL, v_bad_payload = NULL;
         BEGIN
-        DECLARE EXIT HANDLER FOR 1213, 1467
-        BEGIN IF v_own = 1 THEN ROLLBACK; SET v_deadlock = 1; ELSE RESIGNAL; END IF; END;
+        DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
         IF v_own = 1 THEN START TRANSACTION; END IF;
         IF v_queue IS NULL THEN
             SELECT l.scope INTO v_scope FROM pyqueue_ingest_lock l WHERE l.scope = '' FOR UPDATE;
@@ -194,12 +193,7 @@ BEGIN
         END IF;
         IF v_own = 1 THEN COMMIT; END IF;
         END;
-        IF v_deadlock = 0 THEN LEAVE attempt; END IF;
-        IF v_tries >= 10 THEN
-            SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
-                MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction';
-        END IF;
-    END LOOP;
+    UNTIL v_retry = 0 END REPEAT;
     IF v_lockname IS NOT NULL THEN DO RELEASE_LOCK(v_lockname); END IF;
     SELECT v_enqueued AS enqueued, GREATEST(v_deleted - v_enqueued - v_rejected, 0) AS duplicates,
            v_rejected AS rejected;
