@@ -52,6 +52,9 @@ DROP PROCEDURE IF EXISTS queue_push_after_on;
 DROP PROCEDURE IF EXISTS queue_push_after_on_with_headers;
 DROP PROCEDURE IF EXISTS queue_push_after_batch;
 DROP PROCEDURE IF EXISTS pyqueue__push_after;
+DROP PROCEDURE IF EXISTS pyqueue__push_after_check;
+DROP PROCEDURE IF EXISTS pyqueue__push_after_parents;
+DROP PROCEDURE IF EXISTS pyqueue__push_after_rows;
 DROP TABLE IF EXISTS pyqueue_dependency;
 
 -- ==== results ====
@@ -163,6 +166,8 @@ DROP PROCEDURE IF EXISTS queue_create;
 DROP PROCEDURE IF EXISTS pyqueue__topic_regex;
 DROP PROCEDURE IF EXISTS pyqueue__deps_left_many;
 DROP PROCEDURE IF EXISTS pyqueue__deps_left;
+DROP PROCEDURE IF EXISTS pyqueue__deps_level;
+DROP PROCEDURE IF EXISTS pyqueue__deps_succeeded;
 DROP PROCEDURE IF EXISTS pyqueue__deps_cancel;
 DROP PROCEDURE IF EXISTS pyqueue__deps_ready;
 DROP PROCEDURE IF EXISTS pyqueue__deps_moved_many;
