@@ -311,6 +311,28 @@ BEGIN
     CLOSE c_pairs;
 END //
 
+-- pyqueue__deps_popped: the messages queue_pop took (in_rows, its JSON array of {"id", "k", "kd", ...}) and removed
+-- from in_queue (a queue that keeps results) succeeded, for the messages that wait for them (pyqueue__deps_left_many;
+-- one locking probe of pyqueue_dependency per message, which finds nothing for a message without parents or children;
+-- a grouped one's went with it). Locks: as pyqueue__deps_left.
+DROP PROCEDURE IF EXISTS pyqueue__deps_popped //
+CREATE PROCEDURE pyqueue__deps_popped(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_rows  LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_deps LONGTEXT CHARACTER SET utf8mb4;
+    SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(d.p_key, d.p_kind) SEPARATOR ','), ']') INTO v_deps
+      FROM JSON_TABLE(COALESCE(in_rows, '[]'), '$[*]' COLUMNS (
+               c_id BIGINT PATH '$.id',
+               c_k  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.k',
+               c_kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.kd')) AS j
+      STRAIGHT_JOIN pyqueue_dependency d ON d.queue_name = in_queue AND d.p_key = j.c_k AND d.p_kind = j.c_kd
+     WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m WHERE m.id = j.c_id)
+      LOCK IN SHARE MODE;
+    CALL pyqueue__deps_left_many(in_queue, v_deps, TRUE, NULL);
+END //
+
 -- pyqueue__deps_moved: what a message's move to another queue does to its dependency rows. (in_from, in_key,
 -- in_kind) has just become a live message of in_to (queue_redrive: a dead letter given another chance is the same
 -- parent). When in_to keeps results, its rows follow it: those of the message (its children, its parents) move to
