@@ -136,7 +136,7 @@ DROP PROCEDURE IF EXISTS queue_reserve;
 DROP PROCEDURE IF EXISTS queue_pop;
 DROP PROCEDURE IF EXISTS pyqueue__reserve_limited;
 DROP PROCEDURE IF EXISTS pyqueue__reserve;
-DROP PROCEDURE IF EXISTS pyqueue__pop_record;
+DROP PROCEDURE IF EXISTS pyqueue__pop_results;
 DROP PROCEDURE IF EXISTS pyqueue__pop_unclaim_busy;
 
 -- ==== produce ====

@@ -1163,53 +1163,36 @@ BEGIN
          9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
 END //
 
--- pyqueue__pop_record: queue_pop's record of the messages it took (in_rows, its JSON array of {"id", "t", ...}),
--- before they go: a history row each, outcome 'popped' (in_history), and the outcome 'succeeded' each (in_results).
--- Locks: the new rows, the result rows it writes.
-DROP PROCEDURE IF EXISTS pyqueue__pop_record //
-CREATE PROCEDURE pyqueue__pop_record(
-    IN in_rows    LONGTEXT CHARACTER SET utf8mb4,
-    IN in_now     DATETIME(6),
-    IN in_history BOOLEAN,
-    IN in_results BOOLEAN)
+-- pyqueue__pop_results: queue_pop's outcomes of the messages it took (in_rows, its JSON array of {"id", "t", ...}),
+-- before they go, on a queue that keeps results: 'succeeded' each. Locks: the result rows it writes.
+DROP PROCEDURE IF EXISTS pyqueue__pop_results //
+CREATE PROCEDURE pyqueue__pop_results(
+    IN in_rows LONGTEXT CHARACTER SET utf8mb4,
+    IN in_now  DATETIME(6))
 SQL SECURITY INVOKER
 BEGIN
-    IF in_history THEN
-        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
-                                     created_at, processed_at, outcome, to_queue, reserved_by,
-                                     last_error, headers)
-        SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
-               m.created_at, in_now, 'popped', NULL, m.reserved_by, m.last_error, m.headers
-          FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
-                   c_id    BIGINT   PATH '$.id',
-                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
-          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-         WHERE m.reserve_token = j.c_token;
-    END IF;
-    IF in_results THEN
-        INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress,
-                                    finished_at)
-        SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded', NULL, NULL, m.attempts, m.progress, in_now
-          FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
-                   c_id    BIGINT   PATH '$.id',
-                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
-          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-         WHERE m.reserve_token = j.c_token
-        ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result), last_error = VALUES(last_error),
-                                attempts = VALUES(attempts), progress = VALUES(progress),
-                                finished_at = VALUES(finished_at);
-    END IF;
+    INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress,
+                                finished_at)
+    SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded', NULL, NULL, m.attempts, m.progress, in_now
+      FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
+               c_id    BIGINT   PATH '$.id',
+               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
+      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+     WHERE m.reserve_token = j.c_token
+    ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result), last_error = VALUES(last_error),
+                            attempts = VALUES(attempts), progress = VALUES(progress),
+                            finished_at = VALUES(finished_at);
 END //
 
 -- queue_pop: removes and returns up to in_n ready messages, highest priority first, FIFO within one (at-most-once).
 -- Result: (p_key, p_kind, payload, priority, attempts, created_at, headers), empty when nothing is ready or the queue is
 -- paused. Set-based, each step one statement (per page of 5000): pyqueue__claim marks the rows still ready with this
 -- call's tokens (one of two racing pops wins a row); one read by id and token captures them (capped at
--- max_allowed_packet, at least one row); history (pyqueue__pop_record), then one DELETE by id and token; the result is
--- sent after the delete. An error before the delete gives the marks back; an interruption leaves marked rows that
--- come back after the visibility timeout (never lost, never twice). A FIFO group's head leaves alone first (pyqueue__groups_leave),
+-- max_allowed_packet, at least one row); history, then one DELETE by id and token; the result is sent after the
+-- delete. An error before the delete gives the marks back; an interruption leaves marked rows that come back after
+-- the visibility timeout (never lost, never twice). A FIFO group's head leaves alone first (pyqueue__groups_leave),
 -- its group row with SKIP LOCKED: busy, its mark goes back. On a queue that keeps results each popped message's
--- outcome is 'succeeded', recorded with the history (one INSERT) before the DELETE. A popped occurrence of a schedule
+-- outcome is 'succeeded', recorded with the history (one INSERT, pyqueue__pop_results) before the DELETE. A popped occurrence of a schedule
 -- pushes the next one after the DELETE (pyqueue__schedule_next).
 -- Locks: the marked rows, for one statement each step (or until the caller's transaction ends); rows another session
 -- holds are skipped.
@@ -1293,9 +1276,19 @@ BEGIN
                     CALL pyqueue__pop_unclaim_busy(v_secret, v_claimed, v_busy);
                 END IF;
             END IF;
-            IF (v_retention IS NOT NULL OR v_results) AND v_taken > 0 THEN
-                CALL pyqueue__pop_record(v_rows, v_now, v_retention IS NOT NULL, v_results);
+            IF v_retention IS NOT NULL AND v_taken > 0 THEN
+                INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                             created_at, processed_at, outcome, to_queue, reserved_by,
+                                             last_error, headers)
+                SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
+                       m.created_at, v_now, 'popped', NULL, m.reserved_by, m.last_error, m.headers
+                  FROM JSON_TABLE(v_rows, '$[*]' COLUMNS (
+                           c_id    BIGINT   PATH '$.id',
+                           c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+                 WHERE m.reserve_token = j.c_token;
             END IF;
+            IF v_results AND v_taken > 0 THEN CALL pyqueue__pop_results(v_rows, v_now); END IF;
             DELETE m
               FROM JSON_TABLE(COALESCE(v_rows, '[]'), '$[*]' COLUMNS (
                        c_id    BIGINT   PATH '$.id',
