@@ -319,6 +319,36 @@ def test_a_reserve_of_one_limited_kind_waits_for_no_other_kinds_slots(dsn, sql):
     sql("CALL queue_drop(%s)", queue)
 
 
+def test_a_reserve_holding_a_kinds_slots_never_waits_for_a_lower_kind(dsn, sql):
+    """Kinds' slot rows are waited for in ascending order only: a reserve that locked kind b's
+    slots and then meets kind a, whose slot row another transaction holds, skips a for this call
+    at once (with a 1 s lock wait timeout a wait would fail with 1205) instead of waiting, as two
+    reserves meeting the kinds in opposite orders would deadlock; once the holder ends, a is
+    handed out again."""
+    queue = unique("kindorder")
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", queue)
+    sql("CALL queue_set_limit(%s, 'a', 2)", queue)
+    sql("CALL queue_set_limit(%s, 'b', 2)", queue)
+    for key, kind in (("a0", "a"), ("b0", "b"), ("a1", "a"), ("b1", "b")):
+        sql("CALL queue_push(%s, %s, %s, '{}', NULL, NULL)", queue, key, kind)
+    holder = connect(dsn, autocommit=False)
+    reserver = connect(dsn)
+    try:
+        assert [r[0] for r in call(holder, "CALL queue_reserve(%s, 'h', NULL, 1, %s)", queue, '["a"]')] == [
+            "a0"
+        ]
+        call(reserver, "SET SESSION innodb_lock_wait_timeout = 1")
+        got = call(reserver, "CALL queue_reserve(%s, 'r', NULL, 3, %s)", queue, '["b", "a"]')
+        assert [r[0] for r in got] == ["b0", "b1"]  # a1 skipped: kind a is busy for this call
+        holder.rollback()
+        got = call(reserver, "CALL queue_reserve(%s, 'r', NULL, 3, NULL)", queue)
+        assert [r[0] for r in got] == ["a0", "a1"]
+    finally:
+        holder.close()
+        reserver.close()
+    sql("CALL queue_drop(%s)", queue)
+
+
 @pytest.mark.slow
 def test_reserves_of_several_limited_kinds_never_exceed_a_limit_or_deadlock(dsn, sql):
     """8 sessions reserve (by kind or every kind, 1 or 2 at once, so one call meets the limited
