@@ -159,6 +159,40 @@ BEGIN
      WHERE r.queue_name = in_queue AND r.p_kind = in_kind;
 END //
 
+-- pyqueue__limited_give_back: pyqueue__reserve_limited's claims in_claimed (JSON array of [id, token, scheduled_at,
+-- old token, old reserved_by, attempts as claimed]) go back as they were (a pop's attempts unchanged), with their
+-- limit slots when in_limits. For a failing call outside a transaction of its own. Locks: those rows, for one
+-- statement each.
+DROP PROCEDURE IF EXISTS pyqueue__limited_give_back //
+CREATE PROCEDURE pyqueue__limited_give_back(
+    IN in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_claimed LONGTEXT CHARACTER SET utf8mb4,
+    IN in_pop     BOOLEAN,
+    IN in_limits  INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_i INT DEFAULT 0;
+    DECLARE v_c LONGTEXT CHARACTER SET utf8mb4;
+    WHILE v_i < JSON_LENGTH(in_claimed) DO
+        SET v_c = JSON_EXTRACT(in_claimed, CONCAT('$[', v_i, ']'));
+        UPDATE pyqueue_message
+           SET scheduled_at = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[2]')) AS DATETIME(6)),
+               attempts = attempts - IF(in_pop, 0, 1),
+               reserve_token = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[3]')) = 'NULL', NULL,
+                                  JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[3]'))),
+               reserved_by = IF(JSON_TYPE(JSON_EXTRACT(v_c, '$[4]')) = 'NULL', NULL,
+                                JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[4]')))
+         WHERE id = JSON_EXTRACT(v_c, '$[0]') AND reserve_token = JSON_UNQUOTE(JSON_EXTRACT(v_c, '$[1]'));
+        IF in_limits THEN
+            UPDATE pyqueue_limit_slot
+               SET msg_id = NULL, msg_attempts = NULL, msg_until = NULL
+             WHERE queue_name = in_queue AND msg_id = JSON_EXTRACT(v_c, '$[0]')
+               AND msg_attempts = JSON_EXTRACT(v_c, '$[5]');
+        END IF;
+        SET v_i = v_i + 1;
+    END WHILE;
+END //
+
 -- queue_set_limit: at most in_capacity messages of in_kind reserved at once in in_queue (0 holds it back; NULL
 -- removes the limit). Live reservations without a slot take free ones as far as the capacity goes; lowering it
 -- revokes nothing (nothing more is handed out until fewer are live). No result set.
