@@ -183,18 +183,11 @@ def test_a_pop_of_a_second_head_waits_for_no_push_into_its_group(sessions):
 # ---- calls that wait for another transaction, and what that waiting gives -----------------------
 
 
-def test_a_visibility_timeout_set_while_max_reservation_is_lowered_is_refused_as_invalid(
-    sessions, dialect, request
-):
+def test_a_visibility_timeout_set_while_max_reservation_is_lowered_is_refused_as_invalid(sessions):
     """queue_create with a visibility_timeout checks it against the queue's max_reservation under
     the queue row's lock: while another transaction lowers max_reservation below it, the call
     waits for that transaction and then refuses it as the contract says (invalid_argument), not
-    by the table's CHECK constraint that an unlocked read would run into. MySQL/MariaDB read
-    max_reservation unlocked: the race ends in the constraint's error (4025)."""
-    if dialect == "mysql":
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="MySQL/MariaDB queue_create reads max_reservation unlocked")
-        )
+    by the table's CHECK constraint that an unlocked read would run into (MySQL/MariaDB: 4025)."""
     holder, other, watcher = sessions(3)
     q = unique("maxres")
     holder.create(q)
