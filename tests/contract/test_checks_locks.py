@@ -201,18 +201,11 @@ def test_a_visibility_timeout_set_while_max_reservation_is_lowered_is_refused_as
     assert (vis, most) == (holder.dur(30), holder.dur(60))
 
 
-def test_schedules_replaced_at_once_leave_one_pending_occurrence(sessions, dialect, request):
+def test_schedules_replaced_at_once_leave_one_pending_occurrence(sessions):
     """Two sessions replace one schedule at once: the second waits for the first (the schedule
     row's lock), then replaces what the first wrote, its pending occurrence included: one
-    occurrence stays, of the schedule that won. MySQL/MariaDB read the schedule without a lock
-    (each statement locks for itself): the second removes the occurrence it read before the
-    first committed, and the first's stays beside its own."""
-    if dialect == "mysql":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True, reason="MySQL/MariaDB pyqueue__schedule reads the replaced schedule unlocked"
-            )
-        )
+    occurrence stays, of the schedule that won. (Read without a lock, the second removed the
+    occurrence it read before the first committed, and the first's stayed beside its own.)"""
     holder, other, watcher = sessions(3)
     q = unique("sched")
     holder.create(q)
