@@ -125,12 +125,10 @@ def test_a_push_into_a_full_group_waits_for_no_head_a_transaction_is_reserving(s
     assert holder.keys(q) == {"head": "reserved", "earlier": "delayed"}
 
 
-@pytest.mark.only_dialect("mysql")
 def test_a_pop_of_a_group_head_waits_for_no_push_into_its_group(sessions):
     """A producer's transaction pushed into a group (it holds the group's row until it ends): a
-    MySQL/MariaDB pop returns at once, leaving the group's head for later (it cannot hand the
-    head's place on now) or taking it. (A PostgreSQL pop of a head waits for the group's row, as
-    its queue_pop says: "then the group's row is locked too".)"""
+    pop returns at once, leaving the group's head for later (it cannot hand the head's place on
+    now) or taking it."""
     holder, other = sessions(2)
     q = unique("popgroup")
     holder.create(q)
@@ -143,7 +141,6 @@ def test_a_pop_of_a_group_head_waits_for_no_push_into_its_group(sessions):
     assert popped in ([], ["head"])
 
 
-@pytest.mark.only_dialect("mysql")  # a PostgreSQL pop of a head waits for the group's row (its queue_pop)
 def test_a_pop_of_a_group_head_waits_for_no_other_pop_of_that_group(sessions):
     """A group of limit 2, both heads ready: a consumer pops one inside its transaction (its place
     is handed on under the group's row, held until the transaction ends); another consumer's pop
@@ -162,7 +159,6 @@ def test_a_pop_of_a_group_head_waits_for_no_other_pop_of_that_group(sessions):
     holder.sql("COMMIT")
 
 
-@pytest.mark.only_dialect("mysql")  # a PostgreSQL pop of a head waits for the group's row (its queue_pop)
 def test_a_pop_of_a_second_head_waits_for_no_push_into_its_group(sessions):
     """A group of limit 2, both heads ready; a producer's transaction pushes a third message
     into it (the group's row held until it ends): a pop returns at once, with the second head
