@@ -16,6 +16,8 @@ DROP TABLE IF EXISTS pyqueue_installed;
 
 -- ==== ingest ====
 DROP PROCEDURE IF EXISTS queue_ingest_flush;
+DROP PROCEDURE IF EXISTS pyqueue__ingest_dups;
+DROP PROCEDURE IF EXISTS pyqueue__ingest_reject;
 DROP TABLE IF EXISTS pyqueue_ingest_lock;
 DROP TABLE IF EXISTS pyqueue_ingest_reject;
 DROP TABLE IF EXISTS queue_ingest;
@@ -52,6 +54,9 @@ DROP PROCEDURE IF EXISTS queue_push_after_on;
 DROP PROCEDURE IF EXISTS queue_push_after_on_with_headers;
 DROP PROCEDURE IF EXISTS queue_push_after_batch;
 DROP PROCEDURE IF EXISTS pyqueue__push_after;
+DROP PROCEDURE IF EXISTS pyqueue__push_after_check;
+DROP PROCEDURE IF EXISTS pyqueue__push_after_parents;
+DROP PROCEDURE IF EXISTS pyqueue__push_after_rows;
 DROP TABLE IF EXISTS pyqueue_dependency;
 
 -- ==== results ====
@@ -95,6 +100,8 @@ DROP PROCEDURE IF EXISTS queue_commit_result_batch;
 DROP PROCEDURE IF EXISTS queue_commit_batch;
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch;
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch_args;
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_bad;
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_results_args;
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch_plain;
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch_locate;
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch_held;
@@ -129,6 +136,8 @@ DROP PROCEDURE IF EXISTS queue_reserve;
 DROP PROCEDURE IF EXISTS queue_pop;
 DROP PROCEDURE IF EXISTS pyqueue__reserve_limited;
 DROP PROCEDURE IF EXISTS pyqueue__reserve;
+DROP PROCEDURE IF EXISTS pyqueue__pop_results;
+DROP PROCEDURE IF EXISTS pyqueue__pop_unclaim_busy;
 
 -- ==== produce ====
 DROP PROCEDURE IF EXISTS queue_push_batch_grouped_with_headers;
@@ -141,6 +150,7 @@ DROP PROCEDURE IF EXISTS queue_push_batch;
 DROP PROCEDURE IF EXISTS queue_push_with_headers;
 DROP PROCEDURE IF EXISTS queue_push;
 DROP PROCEDURE IF EXISTS pyqueue__push_batch_grouped;
+DROP PROCEDURE IF EXISTS pyqueue__push_batch_heads;
 DROP PROCEDURE IF EXISTS pyqueue__push_grouped;
 DROP PROCEDURE IF EXISTS pyqueue__push_batch;
 DROP PROCEDURE IF EXISTS pyqueue__raise_batch_shape;
@@ -162,7 +172,10 @@ DROP PROCEDURE IF EXISTS queue_create;
 -- ==== helpers ====
 DROP PROCEDURE IF EXISTS pyqueue__topic_regex;
 DROP PROCEDURE IF EXISTS pyqueue__deps_left_many;
+DROP PROCEDURE IF EXISTS pyqueue__deps_popped;
 DROP PROCEDURE IF EXISTS pyqueue__deps_left;
+DROP PROCEDURE IF EXISTS pyqueue__deps_level;
+DROP PROCEDURE IF EXISTS pyqueue__deps_succeeded;
 DROP PROCEDURE IF EXISTS pyqueue__deps_cancel;
 DROP PROCEDURE IF EXISTS pyqueue__deps_ready;
 DROP PROCEDURE IF EXISTS pyqueue__deps_moved_many;

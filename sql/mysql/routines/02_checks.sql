@@ -228,12 +228,7 @@ END //
 -- transaction or with autocommit off. MariaDB tells (@@in_transaction, read in a MariaDB-only comment). MySQL 8.0
 -- cannot; there in_probe TRUE probes with a savepoint (ROLLBACK TO one fails with 1305 outside a transaction), FALSE
 -- answers 0 (a single statement is not retried), NULL answers NULL (for a caller that serialises itself otherwise).
--- Takes no locks. Deadlock retry, the one idiom: REPEAT (SET v_retry = 0, v_tries = v_tries + 1) the statement (or a
--- transaction of its own) UNTIL v_retry = 0 END REPEAT, with the handler
---   DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
--- (ROLLBACK first when it opened one; 1467 too where it waits for the AUTO-INC lock): in autocommit mode a victim
--- runs again up to 10 times; in the caller's transaction it is the caller's to retry. A claim that is a victim is a
--- claim not made: BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END.
+-- Takes no locks. The deadlock retry built on it: 01_preamble.sql.
 DROP PROCEDURE IF EXISTS pyqueue__own_transaction //
 CREATE PROCEDURE pyqueue__own_transaction(IN in_probe BOOLEAN, OUT out_own INT)
 SQL SECURITY INVOKER

@@ -20,7 +20,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             UPDATE pyqueue_queue SET paused = in_paused WHERE queue_name = v_queue;
         END;
     UNTIL v_retry = 0 END REPEAT;
@@ -244,7 +244,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DELETE FROM pyqueue_queue WHERE queue_name = v_queue;
         END;
     UNTIL v_retry = 0 END REPEAT;

@@ -53,7 +53,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts)
@@ -117,7 +117,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts, headers)
@@ -182,7 +182,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts, headers)
@@ -366,8 +366,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0, v_head_id = NULL;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             -- the queue was dropped meanwhile (the group row's foreign key)
             DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
@@ -454,6 +453,94 @@ BEGIN
                                in_headers);
 END //
 
+-- pyqueue__push_batch_heads: pyqueue__push_batch_grouped's steps 3 to 5, in its transaction, after the group rows
+-- (locked) and the messages went in: each group's head and its first blocked message read with locks; a new head due
+-- at its run_at, a head never delivered that runs later than that message gives it its place (unless busy: SKIP
+-- LOCKED); new groups whose messages were all duplicates go; groups whose limit has room start more
+-- (pyqueue__group_fill_batch). in_messages: the batch (its "group" members). Locks: the group rows, their heads and
+-- first blocked messages, until the transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__push_batch_heads //
+CREATE PROCEDURE pyqueue__push_batch_heads(
+    IN in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_messages LONGTEXT CHARACTER SET utf8mb4,
+    IN in_now      DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_heads, v_next, v_swaps LONGTEXT CHARACTER SET utf8mb4;
+    -- 3. each group's head (locking read: rows held since step 1) ...
+    /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(g.group_key, g.head_key, g.head_kind)) INTO v_heads
+      FROM (SELECT DISTINCT b.g
+              FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
+                       g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
+             WHERE b.g IS NOT NULL
+             LIMIT 18446744073709551615) AS d
+      STRAIGHT_JOIN pyqueue_group g ON g.queue_name = in_queue AND g.group_key = d.g
+       FOR UPDATE;
+    -- ... and its first blocked message, by a locking read (a plain read sees an older snapshot)
+    /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(h.g, h.hk, h.hkd, n.id, n.p_key, n.p_kind,
+                                    DATE_FORMAT(n.scheduled_at_initially, '%Y-%m-%d %H:%i:%s.%f')))
+      INTO v_next
+      FROM JSON_TABLE(v_heads, '$[*]' COLUMNS (
+               g   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+               hk  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+               hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]')) AS h
+      LEFT JOIN pyqueue_message n
+        ON n.id = (SELECT x.id FROM pyqueue_message x FORCE INDEX (pyqueue_message_group_idx)
+                    WHERE x.queue_name = in_queue AND x.group_key = h.g
+                      AND x.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+                    ORDER BY x.scheduled_at_initially, x.id
+                    LIMIT 1
+                      FOR UPDATE)
+       FOR UPDATE;
+    -- the heads that give their place (never delivered, running later), unless busy
+    /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(j.g, o.id)) INTO v_swaps
+      FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
+               g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+               hk    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+               hkd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
+               n_at  DATETIME(6)  PATH '$[6]')) AS j
+      STRAIGHT_JOIN pyqueue_message o FORCE INDEX (pyqueue_message_key_uk)
+        ON o.queue_name = in_queue AND o.p_key = j.hk AND o.p_kind = j.hkd
+     WHERE o.attempts = 0 AND o.reserve_token IS NULL
+       AND o.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+       AND o.scheduled_at_initially > j.n_at
+       FOR UPDATE SKIP LOCKED;
+    -- 4. new heads due at their run_at, displaced heads blocked
+    UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
+               g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+               hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+               n_id BIGINT       PATH '$[3]')) AS j
+      LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
+               g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+               o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
+      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id IN (j.n_id, s.o_id)
+       SET m.scheduled_at = IF(m.id = s.o_id, TIMESTAMP '9999-12-31 23:59:59.999999',
+                               m.scheduled_at_initially)
+     WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
+    UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
+               g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+               hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+               n_id BIGINT       PATH '$[3]',
+               nk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]',
+               nkd  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[5]')) AS j
+      LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
+               g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+               o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
+      STRAIGHT_JOIN pyqueue_group g ON g.queue_name = in_queue AND g.group_key = j.g
+       SET g.head_key = j.nk, g.head_kind = j.nkd
+     WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
+    -- new groups whose messages were all duplicates
+    DELETE g
+      FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
+               g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+               hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+               n_id BIGINT       PATH '$[3]')) AS j
+      STRAIGHT_JOIN pyqueue_group g ON g.queue_name = in_queue AND g.group_key = j.g
+     WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
+    -- 5. groups whose limit k > 1 has room: more of them start
+    CALL pyqueue__group_fill_batch(in_queue, in_messages, in_now);
+END //
+
 -- pyqueue__push_batch_grouped: the body of queue_push_batch_grouped and queue_push_batch_grouped_with_headers, each a
 -- thin SECURITY DEFINER wrapper over it (in_with_headers FALSE: the members "headers" are not read).
 DROP PROCEDURE IF EXISTS pyqueue__push_batch_grouped //
@@ -472,7 +559,6 @@ BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_groups, v_retry, v_gone INT;
     DECLARE v_now DATETIME(6);
-    DECLARE v_heads, v_next, v_swaps LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
     CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
@@ -492,8 +578,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_inserted = 0, v_gone = 0;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             -- the queue was dropped meanwhile (the group rows' foreign key)
             DECLARE EXIT HANDLER FOR 1452 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; SET v_gone = 1; END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
@@ -538,78 +623,7 @@ BEGIN
              ORDER BY b.ord;
             SET v_inserted = ROW_COUNT();
             IF v_groups > 0 THEN
-                -- 3. each group's head (locking read: rows held since step 1) ...
-                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(g.group_key, g.head_key, g.head_kind)) INTO v_heads
-                  FROM (SELECT DISTINCT b.g
-                          FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
-                                   g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.group')) AS b
-                         WHERE b.g IS NOT NULL
-                         LIMIT 18446744073709551615) AS d
-                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = d.g
-                   FOR UPDATE;
-                -- ... and its first blocked message, by a locking read (a plain read sees an older snapshot)
-                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(h.g, h.hk, h.hkd, n.id, n.p_key, n.p_kind,
-                                                DATE_FORMAT(n.scheduled_at_initially, '%Y-%m-%d %H:%i:%s.%f')))
-                  INTO v_next
-                  FROM JSON_TABLE(v_heads, '$[*]' COLUMNS (
-                           g   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           hkd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]')) AS h
-                  LEFT JOIN pyqueue_message n
-                    ON n.id = (SELECT x.id FROM pyqueue_message x FORCE INDEX (pyqueue_message_group_idx)
-                                WHERE x.queue_name = v_queue AND x.group_key = h.g
-                                  AND x.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
-                                ORDER BY x.scheduled_at_initially, x.id
-                                LIMIT 1
-                                  FOR UPDATE)
-                   FOR UPDATE;
-                -- the heads that give their place (never delivered, running later), unless busy
-                /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(JSON_ARRAY(j.g, o.id)) INTO v_swaps
-                  FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
-                           g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           hkd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
-                           n_at  DATETIME(6)  PATH '$[6]')) AS j
-                  STRAIGHT_JOIN pyqueue_message o FORCE INDEX (pyqueue_message_key_uk)
-                    ON o.queue_name = v_queue AND o.p_key = j.hk AND o.p_kind = j.hkd
-                 WHERE o.attempts = 0 AND o.reserve_token IS NULL
-                   AND o.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
-                   AND o.scheduled_at_initially > j.n_at
-                   FOR UPDATE SKIP LOCKED;
-                -- 4. new heads due at their run_at, displaced heads blocked
-                UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           n_id BIGINT       PATH '$[3]')) AS j
-                  LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
-                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id IN (j.n_id, s.o_id)
-                   SET m.scheduled_at = IF(m.id = s.o_id, TIMESTAMP '9999-12-31 23:59:59.999999',
-                                           m.scheduled_at_initially)
-                 WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
-                UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           n_id BIGINT       PATH '$[3]',
-                           nk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]',
-                           nkd  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[5]')) AS j
-                  LEFT JOIN JSON_TABLE(COALESCE(v_swaps, '[]'), '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
-                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
-                   SET g.head_key = j.nk, g.head_kind = j.nkd
-                 WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
-                -- new groups whose messages were all duplicates
-                DELETE g
-                  FROM JSON_TABLE(v_next, '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           hk   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                           n_id BIGINT       PATH '$[3]')) AS j
-                  STRAIGHT_JOIN pyqueue_group g ON g.queue_name = v_queue AND g.group_key = j.g
-                 WHERE j.hk IS NULL AND j.n_id IS NULL AND g.head_key IS NULL;
-                -- 5. groups whose limit k > 1 has room: more of them start
-                CALL pyqueue__group_fill_batch(v_queue, in_messages, v_now);
+                CALL pyqueue__push_batch_heads(v_queue, in_messages, v_now);  -- 3. to 5.: heads, places, fills
             END IF;
             IF v_own = 1 AND v_groups > 0 THEN COMMIT; END IF;
         END;

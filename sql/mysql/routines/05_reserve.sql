@@ -260,7 +260,7 @@ BEGIN
             IF v_got = 0 THEN LEAVE pages; END IF;
             SET v_claims = 0;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
                 UPDATE (SELECT x.id, (in_max IS NOT NULL AND x.attempts >= in_max) OR COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
                                     AND JSON_UNQUOTE(JSON_EXTRACT(x.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS dead
                           FROM JSON_TABLE(v_cand, '$[*]' COLUMNS (
@@ -419,7 +419,7 @@ BEGIN
                   9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
             SET v_claims = 0;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF in_own <> 1 THEN RESIGNAL; END IF; END;
                 UPDATE (SELECT x.id
                           FROM pyqueue_message x FORCE INDEX (PRIMARY)
                          WHERE x.id = v_id AND x.queue_name = in_queue AND x.scheduled_at <= in_now
@@ -537,8 +537,7 @@ BEGIN
                 REPEAT
                     SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '';
                     BEGIN
-                        DECLARE EXIT HANDLER FOR 1213, 1467  -- 1467: a deadlock on the AUTO-INC lock (the dead-letter insert)
-                        BEGIN ROLLBACK; SET v_txn = 0; IF v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                        DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
                         START TRANSACTION;
                         SET v_txn = 1;
@@ -1067,11 +1066,7 @@ BEGIN
              LIMIT v_page;
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
         -- in the call's own transaction: rolled back whole (by the server already, on a deadlock) and run again
-        DECLARE EXIT HANDLER FOR 1213, 1467
-        BEGIN
-            IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0, v_claimed = '[]'; END IF;
-            IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-        END;
+        DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
         IF v_own = 1 THEN
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
             START TRANSACTION;
@@ -1146,6 +1141,49 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__pop_unclaim_busy: queue_pop's claims (in_claimed, made with in_secret) of the group heads whose group rows
+-- were busy (in_busy, a JSON array of ids) go back as they were (scheduled_at and token). Locks: those rows, for the
+-- statement (or until the caller's transaction ends).
+DROP PROCEDURE IF EXISTS pyqueue__pop_unclaim_busy //
+CREATE PROCEDURE pyqueue__pop_unclaim_busy(
+    IN in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_claimed LONGTEXT CHARACTER SET utf8mb4,
+    IN in_busy    LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    UPDATE JSON_TABLE(CONCAT('[', in_claimed, ']'), '$[*]' COLUMNS (
+               c_id    BIGINT      PATH '$[0]',
+               c_at    DATETIME(6) PATH '$[2]',
+               c_token CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
+      STRAIGHT_JOIN JSON_TABLE(in_busy, '$[*]' COLUMNS (b_id BIGINT PATH '$')) AS b ON b.b_id = j.c_id
+      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+       SET m.scheduled_at = j.c_at, m.reserve_token = j.c_token
+     WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(in_secret, m.id), 256), 32), 13, 1, '4'),
+         17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(in_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+         9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
+END //
+
+-- pyqueue__pop_results: queue_pop's outcomes of the messages it took (in_rows, its JSON array of {"id", "t", ...}),
+-- before they go, on a queue that keeps results: 'succeeded' each. Locks: the result rows it writes.
+DROP PROCEDURE IF EXISTS pyqueue__pop_results //
+CREATE PROCEDURE pyqueue__pop_results(
+    IN in_rows LONGTEXT CHARACTER SET utf8mb4,
+    IN in_now  DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress,
+                                finished_at)
+    SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded', NULL, NULL, m.attempts, m.progress, in_now
+      FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
+               c_id    BIGINT   PATH '$.id',
+               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
+      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+     WHERE m.reserve_token = j.c_token
+    ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result), last_error = VALUES(last_error),
+                            attempts = VALUES(attempts), progress = VALUES(progress),
+                            finished_at = VALUES(finished_at);
+END //
+
 -- queue_pop: removes and returns up to in_n ready messages, highest priority first, FIFO within one (at-most-once).
 -- Result: (p_key, p_kind, payload, priority, attempts, created_at, headers), empty when nothing is ready or the queue is
 -- paused. Set-based, each step one statement (per page of 5000): pyqueue__claim marks the rows still ready with this
@@ -1154,7 +1192,7 @@ END //
 -- delete. An error before the delete gives the marks back; an interruption leaves marked rows that come back after
 -- the visibility timeout (never lost, never twice). A FIFO group's head leaves alone first (pyqueue__groups_leave),
 -- its group row with SKIP LOCKED: busy, its mark goes back. On a queue that keeps results each popped message's
--- outcome is 'succeeded', recorded with the history (one INSERT) before the DELETE. A popped occurrence of a schedule
+-- outcome is 'succeeded', recorded with the history (one INSERT, pyqueue__pop_results) before the DELETE. A popped occurrence of a schedule
 -- pushes the next one after the DELETE (pyqueue__schedule_next).
 -- Locks: the marked rows, for one statement each step (or until the caller's transaction ends); rows another session
 -- holds are skipped.
@@ -1170,7 +1208,7 @@ BEGIN
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
     DECLARE v_count, v_taken, v_deleted, v_ngrouped, v_own, v_rated INT DEFAULT 0;
-    DECLARE v_rows, v_grouped, v_busy, v_deps, v_occ LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_rows, v_grouped, v_busy, v_occ LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_i INT;
     DECLARE v_gcl BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
@@ -1235,16 +1273,7 @@ BEGIN
                                            v_deleted, v_busy);
                 IF v_busy IS NOT NULL THEN
                     -- their group rows were busy: their marks go back
-                    UPDATE JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
-                               c_id    BIGINT      PATH '$[0]',
-                               c_at    DATETIME(6) PATH '$[2]',
-                               c_token CHAR(36)     CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
-                      STRAIGHT_JOIN JSON_TABLE(v_busy, '$[*]' COLUMNS (b_id BIGINT PATH '$')) AS b ON b.b_id = j.c_id
-                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-                       SET m.scheduled_at = j.c_at, m.reserve_token = j.c_token
-                     WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
-                         17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
-                         9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
+                    CALL pyqueue__pop_unclaim_busy(v_secret, v_claimed, v_busy);
                 END IF;
             END IF;
             IF v_retention IS NOT NULL AND v_taken > 0 THEN
@@ -1259,19 +1288,7 @@ BEGIN
                   STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
                  WHERE m.reserve_token = j.c_token;
             END IF;
-            IF v_results AND v_taken > 0 THEN
-                INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress,
-                                            finished_at)
-                SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded', NULL, NULL, m.attempts, m.progress, v_now
-                  FROM JSON_TABLE(v_rows, '$[*]' COLUMNS (
-                           c_id    BIGINT   PATH '$.id',
-                           c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
-                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-                 WHERE m.reserve_token = j.c_token
-                ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result), last_error = VALUES(last_error),
-                                        attempts = VALUES(attempts), progress = VALUES(progress),
-                                        finished_at = VALUES(finished_at);
-            END IF;
+            IF v_results AND v_taken > 0 THEN CALL pyqueue__pop_results(v_rows, v_now); END IF;
             DELETE m
               FROM JSON_TABLE(COALESCE(v_rows, '[]'), '$[*]' COLUMNS (
                        c_id    BIGINT   PATH '$.id',
@@ -1292,20 +1309,8 @@ BEGIN
                                             JSON_UNQUOTE(JSON_EXTRACT(v_occ, CONCAT('$[', v_i, '][1]'))));
                 SET v_i = v_i + 1;
             END WHILE;
-            -- popped: succeeded, for the messages that wait for them (one locking probe of pyqueue_dependency per
-            -- message, which finds nothing for a message without parents or children; a grouped one's went with it)
-            SET v_deps = NULL;
-            IF v_results THEN
-            SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(d.p_key, d.p_kind) SEPARATOR ','), ']') INTO v_deps
-              FROM JSON_TABLE(COALESCE(v_rows, '[]'), '$[*]' COLUMNS (
-                       c_id BIGINT PATH '$.id',
-                       c_k  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.k',
-                       c_kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.kd')) AS j
-              STRAIGHT_JOIN pyqueue_dependency d ON d.queue_name = v_queue AND d.p_key = j.c_k AND d.p_kind = j.c_kd
-             WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m WHERE m.id = j.c_id)
-              LOCK IN SHARE MODE;
-            CALL pyqueue__deps_left_many(v_queue, v_deps, TRUE, NULL);
-            END IF;
+            -- popped: succeeded, for the messages that wait for them
+            IF v_results THEN CALL pyqueue__deps_popped(v_queue, v_rows); END IF;
         END IF;
         SET SESSION group_concat_max_len = v_gcl;
     END IF;

@@ -65,14 +65,7 @@ BEGIN
     attempt: WHILE v_found = 1 DO
         SET v_retry = 0, v_tries = v_tries + 1, v_deleted = 0, v_hist = NULL;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_txn = 1 THEN
-                    ROLLBACK;
-                    SET v_txn = 0;
-                END IF;
-                IF v_group IS NOT NULL AND v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-            END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION
             BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
             IF v_group IS NOT NULL THEN
@@ -128,7 +121,7 @@ BEGIN
         IF v_group IS NOT NULL AND v_own = 1 THEN
             -- after the group's transaction; a deadlock victim here misses one count, never a message
             BEGIN
-                DECLARE CONTINUE HANDLER FOR 1213 BEGIN END;
+                DECLARE CONTINUE HANDLER FOR 1213, 1467 BEGIN END;
                 UPDATE pyqueue_queue SET dead_count = dead_count + 1 WHERE queue_name = in_queue;
             END;
         END IF;
@@ -193,7 +186,7 @@ BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
                        reserve_token = NULL,
@@ -214,7 +207,7 @@ BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 IF v_own <> 1 THEN CALL pyqueue__group_lock(v_queue, v_group, FALSE, v_locked, v_head_key, v_head_kind); END IF;
                 CALL pyqueue__random_token(v_token);
                 UPDATE pyqueue_message
@@ -232,11 +225,7 @@ BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1, out_outcome = NULL;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213, 1467
-                BEGIN
-                    IF v_own = 1 THEN ROLLBACK; END IF;
-                    IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-                END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
                 IF v_own = 1 THEN START TRANSACTION; END IF;
                 -- the queue row before the message row, as queue_drop and pushes lock them
@@ -308,7 +297,7 @@ BEGIN
         steps: WHILE v_step <= 3 DO
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 IF v_step = 1 THEN
                     -- the slot by number: step 3 gives back this one only (a reserver may hold another for it)
                     SELECT MIN(s.slot_no) INTO v_slot
@@ -398,7 +387,7 @@ body: BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 -- by the key index, forced: planned freely, MariaDB 10.11 took the group index for 'group_key IS
                 -- NULL' in a queue with groups and few other messages, scanning (and, at REPEATABLE READ, locking)
                 -- every message of the queue outside a group, which a racing reserve then skipped as taken
@@ -428,11 +417,7 @@ body: BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1, v_hist = NULL;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213, 1467
-                BEGIN
-                    IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
-                    IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-                END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
                 IF v_own = 1 AND (v_history OR v_results OR v_key LIKE '%@____-__-__T__:__:__Z') THEN
                     START TRANSACTION;
@@ -536,7 +521,7 @@ BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
                        reserve_token = NULL, reserved_by = NULL, attempts = GREATEST(attempts - 1, 0)
@@ -549,7 +534,7 @@ BEGIN
             REPEAT
                 SET v_retry = 0, v_tries = v_tries + 1;
                 BEGIN
-                    DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                    DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                     UPDATE pyqueue_limit_slot s
                        SET s.msg_id = NULL, s.msg_attempts = NULL, s.msg_until = NULL
                      WHERE s.queue_name = v_queue AND s.p_kind = v_kind AND s.msg_id = v_id AND s.msg_attempts = v_att
@@ -713,7 +698,7 @@ BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 -- queue_name again: a concurrent queue_move may have moved the row out
                 DELETE m FROM pyqueue_message m FORCE INDEX (PRIMARY) WHERE m.id = v_id AND m.queue_name = v_queue;
                 SET v_done = ROW_COUNT();

@@ -277,6 +277,7 @@ BEGIN
     DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_hist BIGINT;
     DECLARE v_tries INT DEFAULT 0;
+    DECLARE v_own INT DEFAULT in_own;  -- (the deadlock-retry handler's name for it)
     DECLARE v_pop BOOLEAN DEFAULT in_how IN ('pop', 'pop_result');
     DECLARE v_cancel BOOLEAN DEFAULT in_how IN ('cancel', 'cancel_held');
     DECLARE v_results BOOLEAN DEFAULT in_how IN ('commit_result', 'pop_result');
@@ -286,8 +287,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, out_done = 0, v_hist = NULL, v_duplicate = 0, v_attempts = NULL;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN IF in_own = 1 THEN ROLLBACK; END IF; IF in_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF in_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
             IF in_own = 1 THEN START TRANSACTION; END IF;
             CALL pyqueue__group_lock(in_queue, in_group, v_pop, v_found, v_head_key, v_head_kind);
@@ -471,8 +471,7 @@ BEGIN
                  WHERE g.queue_name = v_queue AND (v_group = '' OR g.group_key = v_group)
                  ORDER BY g.group_key;
             DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-            DECLARE EXIT HANDLER FOR 1213
-            BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             IF v_own = 1 THEN START TRANSACTION; END IF;
             -- the queue row, shared, before any row referencing it: a queue_drop under way finishes first, and the
             -- call answers unknown_queue, not the foreign key's error (1452)

@@ -50,6 +50,62 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__commit_batch_results_args: pyqueue__commit_batch_args's checks of in_results (given): a JSON array of in_n
+-- elements, in_queue keeps results, valid UTF-8, no element longer than in_max_payload bytes. Locks nothing.
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_results_args //
+CREATE PROCEDURE pyqueue__commit_batch_results_args(
+    IN in_queue       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_results     LONGTEXT CHARACTER SET utf8mb4,
+    IN in_n           INT,
+    IN in_max_payload BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_bytes BIGINT;
+    IF NOT JSON_VALID(in_results) OR JSON_TYPE(in_results) <> 'ARRAY' THEN
+        CALL pyqueue__raise('invalid_argument', 'results must be a JSON array');
+    END IF;
+    IF JSON_LENGTH(in_results) <> in_n THEN
+        CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds, tokens and results must have the same length');
+    END IF;
+    CALL pyqueue__check_result(in_queue, NULL);  -- the queue keeps results
+    IF LOCATE(X'ED', CAST(in_results AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'results', in_results); END IF;
+    IF LENGTH(in_results) > in_max_payload THEN  -- (else no element can be longer)
+        SELECT MAX(LENGTH(r.elem)) INTO v_bytes
+          FROM JSON_TABLE(in_results, '$[*]' COLUMNS (elem JSON PATH '$')) AS r;
+        CALL pyqueue__check_result_size(v_bytes, in_max_payload);
+    END IF;
+END //
+
+-- pyqueue__commit_batch_bad: pyqueue__commit_batch_args's element-by-element check of the keys (unless
+-- in_plain_keys) and the tokens (unless in_plain_tokens), arrays of in_n: io_bad becomes the least of itself and the
+-- first bad element's position (in_n + 1: none). Reads no table.
+DROP PROCEDURE IF EXISTS pyqueue__commit_batch_bad //
+CREATE PROCEDURE pyqueue__commit_batch_bad(
+    IN    in_keys         LONGTEXT CHARACTER SET utf8mb4,
+    IN    in_tokens       LONGTEXT CHARACTER SET utf8mb4,
+    IN    in_plain_keys   BOOLEAN,
+    IN    in_plain_tokens BOOLEAN,
+    IN    in_n            INT,
+    INOUT io_bad          BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_plain_keys IS NOT TRUE THEN
+        SELECT LEAST(io_bad, COALESCE(MIN(k.ord), in_n + 1)) INTO io_bad
+          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS k
+         WHERE (    JSON_TYPE(k.elem) = 'STRING'
+                AND CHAR_LENGTH(JSON_UNQUOTE(k.elem)) BETWEEN 1 AND 255
+                AND NOT (JSON_UNQUOTE(k.elem) LIKE '% ')) IS NOT TRUE;
+    END IF;
+    IF in_plain_tokens IS NOT TRUE THEN
+        SELECT LEAST(io_bad, COALESCE(MIN(t.ord), in_n + 1)) INTO io_bad
+          FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS t
+         WHERE (    JSON_TYPE(t.elem) = 'STRING'
+                AND JSON_UNQUOTE(t.elem)
+                    REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z'
+               ) IS NOT TRUE;
+    END IF;
+END //
+
 -- pyqueue__commit_batch_args: pyqueue__commit_batch's checks (see there), which lock nothing: out_queue and its
 -- settings (out_history: it keeps history; out_results: results are kept, in_results given or not), out_n the batch's
 -- length; out_one_kind: every element of in_kinds is out_kind; out_occs: how many keys may be a schedule's
@@ -73,7 +129,7 @@ BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_n INT;
     DECLARE v_history, v_results BOOLEAN;
-    DECLARE v_bytes, v_max_payload BIGINT;
+    DECLARE v_max_payload BIGINT;
     DECLARE v_bad BIGINT;
     DECLARE v_occs INT DEFAULT 0;
     DECLARE v_one_kind, v_plain_keys, v_plain_tokens BOOLEAN;
@@ -112,19 +168,7 @@ BEGIN
                                                        ' (split it)'));
     END IF;
     IF in_results IS NOT NULL THEN
-        IF NOT JSON_VALID(in_results) OR JSON_TYPE(in_results) <> 'ARRAY' THEN
-            CALL pyqueue__raise('invalid_argument', 'results must be a JSON array');
-        END IF;
-        IF JSON_LENGTH(in_results) <> v_n THEN
-            CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds, tokens and results must have the same length');
-        END IF;
-        CALL pyqueue__check_result(v_queue, NULL);  -- the queue keeps results
-        IF LOCATE(X'ED', CAST(in_results AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'results', in_results); END IF;
-        IF LENGTH(in_results) > v_max_payload THEN  -- (else no element can be longer)
-            SELECT MAX(LENGTH(r.elem)) INTO v_bytes
-              FROM JSON_TABLE(in_results, '$[*]' COLUMNS (elem JSON PATH '$')) AS r;
-            CALL pyqueue__check_result_size(v_bytes, v_max_payload);
-        END IF;
+        CALL pyqueue__commit_batch_results_args(v_queue, in_results, v_n, v_max_payload);
         SET v_results = TRUE;
     END IF;
     IF v_n > 0 THEN
@@ -173,20 +217,8 @@ BEGIN
                     '(?:[[:space:]]*,[[:space:]]*"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")*+',
                     '[[:space:]]*\\]\\z');
         END IF;
-        IF v_plain_keys IS NOT TRUE THEN
-            SELECT LEAST(v_bad, COALESCE(MIN(k.ord), v_n + 1)) INTO v_bad
-              FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS k
-             WHERE (    JSON_TYPE(k.elem) = 'STRING'
-                    AND CHAR_LENGTH(JSON_UNQUOTE(k.elem)) BETWEEN 1 AND 255
-                    AND NOT (JSON_UNQUOTE(k.elem) LIKE '% ')) IS NOT TRUE;
-        END IF;
-        IF v_plain_tokens IS NOT TRUE THEN
-            SELECT LEAST(v_bad, COALESCE(MIN(t.ord), v_n + 1)) INTO v_bad
-              FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (ord FOR ORDINALITY, elem JSON PATH '$')) AS t
-             WHERE (    JSON_TYPE(t.elem) = 'STRING'
-                    AND JSON_UNQUOTE(t.elem)
-                        REGEXP '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\\z'
-                   ) IS NOT TRUE;
+        IF v_plain_keys IS NOT TRUE OR v_plain_tokens IS NOT TRUE THEN  -- (element by element: a long or unusual batch)
+            CALL pyqueue__commit_batch_bad(in_keys, in_tokens, v_plain_keys, v_plain_tokens, v_n, v_bad);
         END IF;
         IF v_bad <= v_n THEN
             CALL pyqueue__raise('invalid_argument',
@@ -461,8 +493,7 @@ BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213, 1467
-                BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
                 IF v_own = 1 THEN START TRANSACTION; END IF;
                 CALL pyqueue__commit_batch_held(v_queue, v_ids, v_found, v_occs, in_results, v_history, v_results, v_now,
@@ -513,7 +544,7 @@ BEGIN
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_id BIGINT;
     DECLARE v_done INT DEFAULT NULL;
-    DECLARE v_own, v_found, v_txn, v_claims, v_tries INT DEFAULT 0;
+    DECLARE v_own, v_mine, v_found, v_txn, v_claims, v_tries INT DEFAULT 0;
     DECLARE v_retry INT;
     DECLARE v_commit   BOOLEAN DEFAULT NOT (in_key IS NULL AND in_kind IS NULL AND in_token IS NULL);
     DECLARE v_checked, v_above BOOLEAN;
@@ -579,23 +610,23 @@ BEGIN
     -- the caller's transaction) after the reserve.
     SET v_first = COALESCE(v_commit AND v_id > 0 AND v_group IS NULL
                            AND (v_short OR v_expired OR (v_txn = 1 AND v_limited)), FALSE);
+    -- the call runs again on a deadlock only in its own transaction on a queue with limits (its rows are sent at its
+    -- end); elsewhere it may have sent rows (the short way), and a deadlock fails it whole (rolled back by the handler
+    -- for SQLEXCEPTION)
+    SET v_own = v_txn = 1 AND v_limited AND NOT v_paused;
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, v_claims = 0, v_done = IF(v_commit, 0, NULL);
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467
-            BEGIN
-                IF v_txn = 1 THEN ROLLBACK; END IF;
-                IF v_txn = 1 AND v_limited AND NOT v_paused AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-            END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             IF v_txn = 1 THEN
                 IF v_short OR v_limited THEN SET TRANSACTION ISOLATION LEVEL READ COMMITTED; END IF;
                 START TRANSACTION;
             END IF;
             IF v_group IS NOT NULL THEN
                 -- as queue_commit, BEFORE the reserve, so its group's next message can be reserved
-                CALL pyqueue__own_transaction(TRUE, v_own);
+                CALL pyqueue__own_transaction(TRUE, v_mine);
                 CALL pyqueue__group_leave(IF(v_results, 'commit_result', 'commit'), v_queue, v_group, v_id, v_key,
-                                          v_kind, v_held, NULL, NULL, UTC_TIMESTAMP(6), v_own, v_done);
+                                          v_kind, v_held, NULL, NULL, UTC_TIMESTAMP(6), v_mine, v_done);
             ELSEIF v_first THEN
                 CALL pyqueue__commit_held(v_queue, v_id, v_key, v_kind, v_held, v_history,
                                           IF(v_results, 'succeeded', NULL), NULL, TRUE, v_done);

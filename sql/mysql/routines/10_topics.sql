@@ -116,7 +116,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, out_changed = 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DECLARE CONTINUE HANDLER FOR 1062 SET out_changed = 0;  -- bound already
             DECLARE CONTINUE HANDLER FOR 1452 SET v_gone = 1;       -- the queue was dropped meanwhile
             IF in_bind THEN
@@ -213,7 +213,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts, headers)
@@ -301,7 +301,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts, headers)

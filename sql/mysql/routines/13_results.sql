@@ -197,11 +197,7 @@ BEGIN
         REPEAT
             SET v_retry = 0, v_tries = v_tries + 1;
             BEGIN
-                DECLARE EXIT HANDLER FOR 1213, 1467
-                BEGIN
-                    IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
-                    IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-                END;
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
                 IF v_own = 1 THEN
                     START TRANSACTION;
@@ -419,11 +415,7 @@ BEGIN
             REPEAT
                 SET v_retry = 0, v_tries = v_tries + 1, v_hist = NULL, v_done = 0, v_found = 1;
                 BEGIN
-                    DECLARE EXIT HANDLER FOR 1213, 1467
-                    BEGIN
-                        IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF;
-                        IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF;
-                    END;
+                    DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
                     IF v_own = 1 AND (v_history OR v_results OR v_key LIKE '%@____-__-__T__:__:__Z') THEN
                         START TRANSACTION;

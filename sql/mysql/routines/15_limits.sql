@@ -35,7 +35,7 @@ BEGIN
     slots: LOOP
       SET v_retry = 0, v_tries = v_tries + 1;
       BEGIN
-        DECLARE EXIT HANDLER FOR 1213 BEGIN IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+        DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
         SELECT MAX(l.capacity) INTO v_cap
           FROM pyqueue_limit l WHERE l.queue_name = in_queue AND l.p_kind = in_kind;
         IF v_cap IS NULL THEN
@@ -172,7 +172,7 @@ CREATE PROCEDURE queue_set_limit(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_i, v_attempts, v_ok, v_own, v_deadlock INT;
+    DECLARE v_i, v_attempts, v_ok, v_own, v_retry INT;
     DECLARE v_now, v_until DATETIME(6);
     DECLARE v_id BIGINT;
     DECLARE v_found INT;
@@ -184,7 +184,7 @@ BEGIN
     SET v_queue = in_queue, v_kind = in_kind;
     CALL pyqueue__own_transaction(NULL, v_own);
     REPEAT
-        SET v_deadlock = 0, v_tries = v_tries + 1, v_i = 1, v_now = UTC_TIMESTAMP(6);
+        SET v_retry = 0, v_tries = v_tries + 1, v_i = 1, v_now = UTC_TIMESTAMP(6);
         BEGIN
             DECLARE v_done INT DEFAULT 0;
             DECLARE c_live CURSOR FOR
@@ -197,8 +197,7 @@ BEGIN
                                       AND s.msg_id = m.id AND s.msg_attempts = m.attempts)
                  ORDER BY m.id;
             DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-            DECLARE EXIT HANDLER FOR 1213
-            BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_deadlock = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             IF v_own = 1 THEN START TRANSACTION; END IF;
             -- the queue row, shared, before any row referencing it: a queue_drop under way finishes first, and the
             -- call answers unknown_queue, not the foreign key's error (1452)
@@ -238,7 +237,7 @@ BEGIN
             END IF;
             IF v_own = 1 THEN COMMIT; END IF;
         END;
-    UNTIL v_deadlock = 0 END REPEAT;
+    UNTIL v_retry = 0 END REPEAT;
 END //
 
 -- queue_limits: the limits of a queue (all queues when NULL), by queue and kind: queue, p_kind, capacity, in_use
@@ -295,8 +294,7 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213
-            BEGIN IF v_own = 1 AND v_tries < 10 THEN ROLLBACK; SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             IF v_own = 1 THEN START TRANSACTION; END IF;
             -- the queue row, shared, before any row referencing it: a queue_drop under way finishes first, and the
             -- call answers unknown_queue, not the foreign key's error (1452)
