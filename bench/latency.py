@@ -1,12 +1,14 @@
 """Push -> handler-start latency of an idle Worker, its queries a second while idle, and the cost of
-the NOTIFY throttle (PostgreSQL, as ratios to delayed). bench/README.md, Latency.
+the NOTIFY throttle (PostgreSQL, as ratios to delayed); or a limited reserve's. bench/README.md, Latency.
 
     python -m bench latency                       # both dialects
     python -m bench latency --dialect postgresql --samples 300
+    python -m bench latency --limited 5 --limited-sql COMMIT   # MariaDB, COMMIT's routines
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import json
@@ -107,6 +109,32 @@ def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
     return result
 
 
+def measure_limited(dsn: str, limited: int, consumers: int, seconds: float) -> dict:
+    """Reserve (n 1) latencies in ms of `consumers` threads, each asking for one kind of five (and committing and
+    pushing back what it got), alternating a queue whose first `limited` kinds have a limit of 2 with one without."""
+    db, kinds, lat = pyqueue_sql.connect(dsn), [f"k{i}" for i in range(5)], {"limited": [], "free": []}
+    for name in lat:
+        db.queue(f"bench.{name}").create().push_many([(f"m{i}", kinds[i % 5], {}) for i in range(2000)])
+    for kind in kinds[:limited]:
+        db.queue("bench.limited").set_limit(kind, 2)
+    stop = time.monotonic() + seconds
+
+    def consume(i: int) -> None:
+        with pyqueue_sql.connect(dsn) as c:
+            while time.monotonic() < stop:
+                for name in common.rotated(lat, i):
+                    q, t = c.queue(f"bench.{name}"), time.perf_counter()
+                    got = q.reserve(1, worker=f"w{i}", kinds=[kinds[i % 5]])
+                    lat[name].append((time.perf_counter() - t) * 1000)
+                    for r in got:
+                        q.commit(r)
+                        q.push(r.key, r.kind, {})
+
+    with concurrent.futures.ThreadPoolExecutor(consumers) as pool:
+        list(pool.map(consume, range(consumers)))
+    return {name: summary(v, len(v)) for name, v in lat.items()}
+
+
 def main(argv=None) -> int:
     parser = common.parser(
         __doc__.splitlines()[0],
@@ -115,10 +143,22 @@ def main(argv=None) -> int:
         ("--pushes", 500, "pushes per mode and round (throttle cost)"),
         ("--rounds", 6, "rounds"),
         ("--out", "bench/results", "where latency-<time>.{json,md} go"),
+        ("--limited", -1, "only the limited reserve: this many of five kinds limited (8 consumers, 10 s)"),
+        ("--limited-sql", None, "the limited reserve on this commit's SQL (an A/B)"),
     )
     parser.add_argument("--dialect", choices=("postgresql", "mysql"), action="append")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
+    if args.limited >= 0:
+        with common.database("mysql", "lim", install=not args.limited_sql) as dsn:
+            if args.limited_sql:
+                common.install_commit("mysql", dsn, args.limited_sql)
+            r = {"loadavg_before": common.loadavg()} | measure_limited(dsn, args.limited, 8, 10.0)
+        rows = [(q, *(r[q][k] for k in ("samples", "p50_ms", "p99_ms"))) for q in ("limited", "free")]
+        md = [f"{common.command()}; SQL {args.limited_sql or 'of this tree'}; load {r['loadavg_before']}", ""]
+        md += common.table(["queue", "reserves", "p50 ms", "p99 ms"], rows, "lrrr")
+        common.write(args.out, time.strftime("limited-%Y-%m-%dT%H%M%SZ", time.gmtime()), "\n".join(md), r, "")
+        return 0
     report: dict = {"latency": {}, "push_cost_postgresql": None}
     for dialect in args.dialect or ["postgresql", "mysql"]:
         with common.database(dialect, "lat") as dsn:

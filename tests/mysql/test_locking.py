@@ -281,6 +281,112 @@ def test_a_reserve_of_kinds_without_a_limit_waits_for_no_limit_lock(dsn, sql):
     sql("CALL queue_drop(%s)", queue)
 
 
+def test_a_reserve_of_one_limited_kind_waits_for_no_other_kinds_slots(dsn, sql):
+    """Reserves of limited kinds contend only for the slots of the kinds they take: while a
+    transaction holds its claim of limited kind x (and so x's slot row), with a 1 s lock wait
+    timeout another session reserves limited kind y, asked by name or met first in a reserve of
+    every kind, without waiting (a wait would fail with 1205); its reserve of x waits, as the
+    contract says of reservers of the same kind."""
+    queue = unique("kindlock")
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", queue)
+    sql("CALL queue_set_limit(%s, 'x', 2)", queue)
+    sql("CALL queue_set_limit(%s, 'y', 2)", queue)
+    for key, kind in (("y0", "y"), ("x0", "x"), ("x1", "x"), ("y1", "y")):
+        sql("CALL queue_push(%s, %s, %s, '{}', NULL, NULL)", queue, key, kind)
+    holder = connect(dsn, autocommit=False)
+    reserver = connect(dsn)
+    try:
+        assert [r[0] for r in call(holder, "CALL queue_reserve(%s, 'a', NULL, 1, %s)", queue, '["x"]')] == [
+            "x0"
+        ]
+        call(reserver, "SET SESSION innodb_lock_wait_timeout = 1")
+        started = time.monotonic()
+        assert [r[0] for r in call(reserver, "CALL queue_reserve(%s, 'b', NULL, 1, NULL)", queue)] == ["y0"]
+        assert [r[0] for r in call(reserver, "CALL queue_reserve(%s, 'b', NULL, 1, %s)", queue, '["y"]')] == [
+            "y1"
+        ]
+        assert time.monotonic() - started < 1.8
+        with pytest.raises(pymysql.MySQLError) as waited:
+            call(reserver, "CALL queue_reserve(%s, 'b', NULL, 1, %s)", queue, '["x"]')
+        assert waited.value.args[0] == 1205  # lock wait timeout: the same kind's reserve waits
+        holder.rollback()
+        assert [r[0] for r in call(reserver, "CALL queue_reserve(%s, 'b', NULL, 1, %s)", queue, '["x"]')] == [
+            "x0"
+        ]
+    finally:
+        holder.close()
+        reserver.close()
+    sql("CALL queue_drop(%s)", queue)
+
+
+def test_a_reserve_holding_a_kinds_slots_never_waits_for_a_lower_kind(dsn, sql):
+    """Kinds' slot rows are waited for in ascending order only: a reserve that locked kind b's
+    slots and then meets kind a, whose slot row another transaction holds, skips a for this call
+    at once (with a 1 s lock wait timeout a wait would fail with 1205) instead of waiting, as two
+    reserves meeting the kinds in opposite orders would deadlock; once the holder ends, a is
+    handed out again."""
+    queue = unique("kindorder")
+    sql("CALL queue_create(%s, NULL, NULL, NULL, NULL)", queue)
+    sql("CALL queue_set_limit(%s, 'a', 2)", queue)
+    sql("CALL queue_set_limit(%s, 'b', 2)", queue)
+    for key, kind in (("a0", "a"), ("b0", "b"), ("a1", "a"), ("b1", "b")):
+        sql("CALL queue_push(%s, %s, %s, '{}', NULL, NULL)", queue, key, kind)
+    holder = connect(dsn, autocommit=False)
+    reserver = connect(dsn)
+    try:
+        assert [r[0] for r in call(holder, "CALL queue_reserve(%s, 'h', NULL, 1, %s)", queue, '["a"]')] == [
+            "a0"
+        ]
+        call(reserver, "SET SESSION innodb_lock_wait_timeout = 1")
+        got = call(reserver, "CALL queue_reserve(%s, 'r', NULL, 3, %s)", queue, '["b", "a"]')
+        assert [r[0] for r in got] == ["b0", "b1"]  # a1 skipped: kind a is busy for this call
+        holder.rollback()
+        got = call(reserver, "CALL queue_reserve(%s, 'r', NULL, 3, NULL)", queue)
+        assert [r[0] for r in got] == ["a0", "a1"]
+    finally:
+        holder.close()
+        reserver.close()
+    sql("CALL queue_drop(%s)", queue)
+
+
+@pytest.mark.slow
+def test_reserves_of_several_limited_kinds_never_exceed_a_limit_or_deadlock(dsn, sql):
+    """8 sessions reserve (by kind or every kind, 1 or 2 at once, so one call meets the limited
+    kinds in either order), extend, commit and push again on a queue with kinds limited to 2 and
+    3: no call fails (no deadlock), and no moment has more reservations of a kind held than its
+    limit (spans as in test_reserve_extend_commit_on_a_limited_kind_never_deadlock)."""
+    queue = unique("kinds")
+    limits = {"a": 2, "b": 3}
+    sql("CALL queue_create(%s, 30, 1000000, NULL, NULL)", queue)
+    for kind, capacity in limits.items():
+        sql("CALL queue_set_limit(%s, %s, %s)", queue, kind, capacity)
+    batch = [{"p_key": f"m{i}", "p_kind": "ba"[i % 2], "payload": {}} for i in range(400)]
+    sql("CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", queue, json.dumps(batch))
+    spans: dict[str, list[tuple[float, float]]] = {kind: [] for kind in limits}
+    lock = threading.Lock()
+    asked = iter([(None, 1), ('["a"]', 1), ('["b", "a"]', 2), ('["b"]', 1), (None, 2)] * 10**6)
+
+    def cycle(conn):
+        with lock:
+            kinds, n = next(asked)
+        rows = call(conn, "CALL queue_reserve(%s, 'w', NULL, %s, %s)", queue, n, kinds)
+        held_from = time.monotonic()
+        for key, kind, _, token, *_ in rows:
+            token = call(conn, "CALL queue_extend(%s, %s, %s, %s, NULL)", queue, key, kind, token)[0][0]
+            assert token is not None
+            held_until = time.monotonic()
+            assert call(conn, "CALL queue_commit(%s, %s, %s, %s)", queue, key, kind, token) == [(1,)]
+            with lock:
+                spans[kind].append((held_from, held_until))
+            call(conn, "CALL queue_push(%s, %s, %s, '{}', NULL, NULL)", queue, key, kind)
+
+    errors = hammer(dsn, 8, 4, cycle)
+    assert errors == {}
+    most = {kind: most_at_once(s) for kind, s in spans.items()}
+    assert all(spans.values()), {kind: len(s) for kind, s in spans.items()}
+    assert all(most[kind] <= capacity for kind, capacity in limits.items()), most
+
+
 @pytest.mark.parametrize("table_rows", [20, 3000])
 def test_claims_held_in_an_open_transaction_make_nobody_wait(dsn, sql, table_rows):
     """A reserve and a pop inside a transaction hold only the rows they claimed: with a

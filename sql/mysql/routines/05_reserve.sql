@@ -739,11 +739,14 @@ END //
 -- unit of its kind's rate, then of the queue-wide one (pyqueue__rate_pick; out_kslot, out_qslot: the units, NOT
 -- written); a kind without a free unit joins io_full, a used-up queue-wide rate sets io_left = 0 (the end). Limits
 -- (in_limits): in the call's own transaction (in_txn = 1) or a serial call, at the first candidate of a kind with a
--- limit (io_locked FALSE), a plain read of that kind's slots: none free, the kind joins io_full without waiting for a
--- lock; else the slot rows of ALL the queue's kinds, FOR UPDATE in one statement in primary key order (io_locked);
--- then a slot for the delivery (pyqueue__limit_claim). A kind without a limit takes no slot and waits for no take:
+-- limit (not in io_locked), a plain read of that kind's slots: none free, the kind joins io_full without waiting for
+-- a lock; else that kind's slot rows, FOR UPDATE in one statement in slot order, and the kind joins io_locked (a JSON
+-- array, its last kind the greatest). Kinds are waited for in ascending order only (the primary key's, utf8mb4_bin):
+-- a kind below the greatest locked one is locked SKIP LOCKED, and when another call holds some of its slot rows it
+-- joins io_full for this call (too few hand-outs, never too many), so two calls never wait for each other's kinds.
+-- Then a slot for the delivery (pyqueue__limit_claim). A kind without a limit takes no slot and waits for no take:
 -- pyqueue__limited_candidate calls this step for it only on a queue with rates.
--- Locks: the rate units (SKIP LOCKED) and slot rows taken, until the transaction ends.
+-- Locks: the rate units (SKIP LOCKED) and the slot rows of the limited kinds met, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__limited_admit //
 CREATE PROCEDURE pyqueue__limited_admit(
     IN    in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -759,7 +762,7 @@ CREATE PROCEDURE pyqueue__limited_admit(
     IN    in_rates    LONGTEXT CHARACTER SET utf8mb4,
     IN    in_qper     BIGINT,
     INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
-    INOUT io_locked   BOOLEAN,
+    INOUT io_locked   LONGTEXT CHARACTER SET utf8mb4,
     INOUT io_left     INT,
     OUT   out_ok      INT,
     OUT   out_kslot   INT,
@@ -767,7 +770,8 @@ CREATE PROCEDURE pyqueue__limited_admit(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_kper BIGINT;
-    DECLARE v_slots, v_free INT;
+    DECLARE v_slots, v_free, v_all INT;
+    DECLARE v_top VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     SET out_ok = 1, out_kslot = NULL, out_qslot = NULL;
     IF in_nrates > 0 THEN  -- a free unit of the kind's rate, then of the queue-wide one
         IF JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(in_kind)) THEN
@@ -793,7 +797,8 @@ BEGIN
         END IF;
     END IF;
     IF in_limits AND out_ok = 1 THEN  -- a slot first, for a kind with a limit
-        IF (in_txn = 1 OR in_serial) AND NOT io_locked
+        IF (in_txn = 1 OR in_serial)
+           AND NOT JSON_CONTAINS(COALESCE(io_locked, '[]'), JSON_QUOTE(in_kind))
            AND NOT JSON_CONTAINS(COALESCE(io_full, '[]'), JSON_QUOTE(in_kind))
            AND EXISTS (SELECT 1 FROM pyqueue_limit l
                         WHERE l.queue_name = in_queue AND l.p_kind = in_kind) THEN
@@ -819,14 +824,28 @@ BEGIN
                 -- hand-outs, never too many)
                 SET out_ok = 0, io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', in_kind);
             ELSE
-                -- the slot rows of ALL the queue's kinds, in one statement in primary key order, until the commit
-                -- (see pyqueue__reserve_limited), at the first candidate of a kind with a limit: one of a kind
-                -- without takes no slot and waits for no take
-                SELECT COUNT(*) INTO v_slots
-                  FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
-                 WHERE s.queue_name = in_queue
-                   FOR UPDATE;
-                SET io_locked = TRUE;
+                -- this kind's slot rows, in one statement in slot order, until the commit (see
+                -- pyqueue__reserve_limited), at its first candidate: reserves of other kinds wait for none of them
+                SET v_top = JSON_UNQUOTE(JSON_EXTRACT(io_locked, '$[last]'));
+                IF v_top IS NULL OR in_kind > v_top THEN  -- ascending: may wait
+                    SELECT COUNT(*) INTO v_slots
+                      FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
+                     WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+                       FOR UPDATE;
+                    SET io_locked = JSON_ARRAY_APPEND(COALESCE(io_locked, '[]'), '$', in_kind);
+                ELSE  -- below a kind locked: never waits; some row held elsewhere, the kind is busy for this call
+                    SELECT COUNT(*) INTO v_slots
+                      FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
+                     WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+                       FOR UPDATE SKIP LOCKED;
+                    SELECT COUNT(*) INTO v_all
+                      FROM pyqueue_limit_slot s WHERE s.queue_name = in_queue AND s.p_kind = in_kind;
+                    IF v_slots < v_all THEN
+                        SET out_ok = 0, io_full = JSON_ARRAY_APPEND(COALESCE(io_full, '[]'), '$', in_kind);
+                    ELSE
+                        SET io_locked = JSON_ARRAY_INSERT(io_locked, '$[0]', in_kind);
+                    END IF;
+                END IF;
             END IF;
         END IF;
         IF out_ok = 1 THEN
@@ -863,7 +882,7 @@ CREATE PROCEDURE pyqueue__limited_candidate(
     IN    in_rates    LONGTEXT CHARACTER SET utf8mb4,
     IN    in_qper     BIGINT,
     INOUT io_full     LONGTEXT CHARACTER SET utf8mb4,
-    INOUT io_locked   BOOLEAN,
+    INOUT io_locked   LONGTEXT CHARACTER SET utf8mb4,
     INOUT io_left     INT,
     INOUT io_budget   BIGINT,
     INOUT io_count    INT,
@@ -973,15 +992,17 @@ END //
 -- COMMITTED the slot-taking UPDATE's reads of the holders are consistent reads and its scan of the slots is
 -- semi-consistent; with nothing more, takes racing in such transactions handed out more than the capacity (5 live
 -- on a limit of 3). So the own transaction first locks the queue's limit rows (shared; queue_drop and
--- queue_set_limit lock them before message and slot rows), then, at its first candidate of a limited kind, the slot
--- rows of all the queue's kinds (FOR UPDATE, the rows the UPDATE scans and at REPEATABLE READ keeps locked): no other
--- take is in progress while it picks a slot, and every holder that took its slot before has committed its claim;
--- unless a plain read of that kind's slots (pyqueue__limit_take's test) finds none free: the kind is then full for
--- the call, which waits for no lock (a slot freed meanwhile is missed: too few hand-outs, never too many), so that
--- while a limited kind is full, or a call meets no candidate of one, reserves do not wait for each other. All
--- kinds at once, in one statement in primary key order: locked kind by kind at each kind's first candidate, two
--- calls whose FIFO pages met two kinds in opposite orders deadlocked, so often under load (24 autocommit
--- queue_commit_reserve loops) that 10 runs of a call in a row did.
+-- queue_set_limit lock them before message and slot rows), then, at its first candidate of each limited kind, that
+-- kind's slot rows (FOR UPDATE, the rows the UPDATE scans and at REPEATABLE READ keeps locked): no other take of the
+-- kind is in progress while it picks a slot, and every holder that took one before has committed its claim; unless
+-- a plain read of that kind's slots (pyqueue__limit_take's test) finds none free: the kind is then full for the
+-- call, which waits for no lock (a slot freed meanwhile is missed: too few hand-outs, never too many), so that while
+-- a limited kind is full, or a call meets no candidate of one, reserves do not wait for each other. Reserves of
+-- different kinds never wait for each other's slots. Kinds are waited for in ascending order only: a kind below one
+-- the call holds is locked SKIP LOCKED and, some of its rows held elsewhere, full for the call
+-- (pyqueue__limited_admit). Two calls whose FIFO pages met two kinds in opposite orders, each waiting for the kind
+-- the other had locked, deadlocked so often under load (24 autocommit queue_commit_reserve loops) that 10 runs of a
+-- call in a row did.
 -- Rates (a queue with rows in pyqueue_rate; read once per run, with the limit rows): a candidate first needs a free
 -- unit of its kind's rate, then one of the queue-wide rate (pyqueue__rate_pick: locked, SKIP LOCKED, not yet
 -- written), then its limit slot; the units are written with the reservation's time, v_now (its lease start:
@@ -992,10 +1013,10 @@ END //
 -- rates only (no limits, no dead-lettering), claims with pyqueue__claim's tokens derived from in_secret, attempts
 -- and worker unchanged, at most @@max_allowed_packet of result (at least one); the claims are appended to io_claimed
 -- in pyqueue__claim's format (out_count of them) and no result set is emitted.
--- Locks: in autocommit mode the limit and rate rows (shared), each candidate row, all the queue's slot rows and the
--- rate units taken, until the call ends; otherwise each candidate row for one statement (or until the caller's
--- transaction ends), the slot rows as pyqueue__limit_take and the rate units until the transaction ends. Emits the
--- result set (a reserve).
+-- Locks: in autocommit mode the limit and rate rows (shared), each candidate row, the slot rows of the limited kinds
+-- it met and the rate units taken, until the call ends; otherwise each candidate row for one statement (or until the
+-- caller's transaction ends), the slot rows as pyqueue__limit_take and the rate units until the transaction ends.
+-- Emits the result set (a reserve).
 -- Steps: this walk and its transaction; each candidate pyqueue__limited_candidate (its rates and limit slot:
 -- pyqueue__limited_admit); a failure's give-back pyqueue__limited_give_back.
 DROP PROCEDURE IF EXISTS pyqueue__reserve_limited //
@@ -1023,7 +1044,7 @@ BEGIN
     DECLARE v_claimed LONGTEXT CHARACTER SET utf8mb4 DEFAULT '[]';
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_limits INT;      -- limits (never for a pop)
-    DECLARE v_locked BOOLEAN;  -- the own transaction locked the queue's slot rows
+    DECLARE v_locked LONGTEXT CHARACTER SET utf8mb4;  -- the kinds whose slot rows the own transaction locked
     DECLARE v_full LONGTEXT CHARACTER SET utf8mb4;  -- the kinds full (or out of rate units) for this call
     DECLARE v_own, v_txn, v_tries INT DEFAULT 0;
     DECLARE v_pop BOOLEAN DEFAULT in_secret IS NOT NULL;
@@ -1047,7 +1068,7 @@ BEGIN
     SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND;
     SELECT EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue) AND NOT v_pop INTO v_limits;
     REPEAT
-      SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '[]', v_full = NULL, v_locked = FALSE,
+      SET v_retry = 0, v_tries = v_tries + 1, v_claimed = '[]', v_full = NULL, v_locked = NULL,
           v_left = COALESCE(in_n, 1), v_popped = '', out_count = 0,
           v_budget = @@max_allowed_packet - 4096;
       BEGIN

@@ -601,8 +601,8 @@ BEGIN
     -- falls whole. Also when the reservation has expired: the reserve would take that message again (it is ready),
     -- and the commit then find its token gone. And on a queue with limits in the call's own transaction, which then
     -- runs at READ COMMITTED and takes the reserve's slots as queue_reserve's own transaction does (the limit rows
-    -- shared, then the slot rows of all the queue's kinds in one statement, so two calls never wait for each other's
-    -- slot rows in opposite orders): at REPEATABLE READ the slot-taking UPDATE of a racing call read the holders'
+    -- shared, then each kind's slot rows in one statement, kinds waited for only in ascending order, so two calls
+    -- never wait for each other's slot rows in opposite orders): at REPEATABLE READ the slot-taking UPDATE of a racing call read the holders'
     -- message rows with shared locks while holding slot rows, so the committed row (a slot's holder) deadlocked it
     -- in either order; at READ COMMITTED those reads take no lock. A deadlock left (with a call outside this path)
     -- rolls the call back whole and runs it again (up to 10 times), as queue_reserve's own transaction does; its
