@@ -125,12 +125,10 @@ def test_a_push_into_a_full_group_waits_for_no_head_a_transaction_is_reserving(s
     assert holder.keys(q) == {"head": "reserved", "earlier": "delayed"}
 
 
-@pytest.mark.only_dialect("mysql")
 def test_a_pop_of_a_group_head_waits_for_no_push_into_its_group(sessions):
     """A producer's transaction pushed into a group (it holds the group's row until it ends): a
-    MySQL/MariaDB pop returns at once, leaving the group's head for later (it cannot hand the
-    head's place on now) or taking it. (A PostgreSQL pop of a head waits for the group's row, as
-    its queue_pop says: "then the group's row is locked too".)"""
+    pop returns at once, leaving the group's head for later (it cannot hand the head's place on
+    now) or taking it."""
     holder, other = sessions(2)
     q = unique("popgroup")
     holder.create(q)
@@ -143,7 +141,6 @@ def test_a_pop_of_a_group_head_waits_for_no_push_into_its_group(sessions):
     assert popped in ([], ["head"])
 
 
-@pytest.mark.only_dialect("mysql")  # a PostgreSQL pop of a head waits for the group's row (its queue_pop)
 def test_a_pop_of_a_group_head_waits_for_no_other_pop_of_that_group(sessions):
     """A group of limit 2, both heads ready: a consumer pops one inside its transaction (its place
     is handed on under the group's row, held until the transaction ends); another consumer's pop
@@ -162,7 +159,6 @@ def test_a_pop_of_a_group_head_waits_for_no_other_pop_of_that_group(sessions):
     holder.sql("COMMIT")
 
 
-@pytest.mark.only_dialect("mysql")  # a PostgreSQL pop of a head waits for the group's row (its queue_pop)
 def test_a_pop_of_a_second_head_waits_for_no_push_into_its_group(sessions):
     """A group of limit 2, both heads ready; a producer's transaction pushes a third message
     into it (the group's row held until it ends): a pop returns at once, with the second head
@@ -183,18 +179,11 @@ def test_a_pop_of_a_second_head_waits_for_no_push_into_its_group(sessions):
 # ---- calls that wait for another transaction, and what that waiting gives -----------------------
 
 
-def test_a_visibility_timeout_set_while_max_reservation_is_lowered_is_refused_as_invalid(
-    sessions, dialect, request
-):
+def test_a_visibility_timeout_set_while_max_reservation_is_lowered_is_refused_as_invalid(sessions):
     """queue_create with a visibility_timeout checks it against the queue's max_reservation under
     the queue row's lock: while another transaction lowers max_reservation below it, the call
     waits for that transaction and then refuses it as the contract says (invalid_argument), not
-    by the table's CHECK constraint that an unlocked read would run into. MySQL/MariaDB read
-    max_reservation unlocked: the race ends in the constraint's error (4025)."""
-    if dialect == "mysql":
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="MySQL/MariaDB queue_create reads max_reservation unlocked")
-        )
+    by the table's CHECK constraint that an unlocked read would run into (MySQL/MariaDB: 4025)."""
     holder, other, watcher = sessions(3)
     q = unique("maxres")
     holder.create(q)
@@ -208,18 +197,11 @@ def test_a_visibility_timeout_set_while_max_reservation_is_lowered_is_refused_as
     assert (vis, most) == (holder.dur(30), holder.dur(60))
 
 
-def test_schedules_replaced_at_once_leave_one_pending_occurrence(sessions, dialect, request):
+def test_schedules_replaced_at_once_leave_one_pending_occurrence(sessions):
     """Two sessions replace one schedule at once: the second waits for the first (the schedule
     row's lock), then replaces what the first wrote, its pending occurrence included: one
-    occurrence stays, of the schedule that won. MySQL/MariaDB read the schedule without a lock
-    (each statement locks for itself): the second removes the occurrence it read before the
-    first committed, and the first's stays beside its own."""
-    if dialect == "mysql":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True, reason="MySQL/MariaDB pyqueue__schedule reads the replaced schedule unlocked"
-            )
-        )
+    occurrence stays, of the schedule that won. (Read without a lock, the second removed the
+    occurrence it read before the first committed, and the first's stayed beside its own.)"""
     holder, other, watcher = sessions(3)
     q = unique("sched")
     holder.create(q)

@@ -29,7 +29,10 @@ END //
 -- queue_create: creates the queue (NULL = the default: 30 s, 10 attempts, no dead-letter queue, no history) or
 -- changes an existing one's settings (NULL leaves one as it is; queue_reset_setting restores a default; paused,
 -- dead_count, created_at kept). The dead-letter queue must exist and differ. No result set.
--- Locks: the queue row (a shared lock on the dead-letter queue's row), for one statement.
+-- Locks: a shared lock on the dead-letter queue's row, then the queue row, read with a lock before it is changed: a
+-- visibility_timeout is checked against the max_reservation the change keeps (one lowered meanwhile is waited for
+-- and refused as invalid_argument, not by the table's CHECK). In autocommit mode in a transaction of its own at READ
+-- COMMITTED, run again on a deadlock.
 DROP PROCEDURE IF EXISTS queue_create //
 CREATE PROCEDURE queue_create(
     IN in_queue              LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -43,6 +46,8 @@ BEGIN
     DECLARE v_max INT;
     DECLARE v_dlq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_paused BOOLEAN;
+    DECLARE v_own, v_retry, v_found, v_new INT;
+    DECLARE v_tries INT DEFAULT 0;
     CALL pyqueue__check_name('queue', in_queue, 128);
     CALL pyqueue__check_duration('visibility_timeout', in_visibility_timeout, TRUE);
     CALL pyqueue__check_duration('history_retention', in_history_retention, FALSE);
@@ -55,24 +60,51 @@ BEGIN
     END IF;
     SET v_vis = COALESCE(in_visibility_timeout, 30);
     SET v_max = COALESCE(in_max_attempts, 10);
-    -- a visibility_timeout above the queue's max_reservation (a new queue: the default, 12 hours) is refused
-    SELECT COALESCE(MAX(q.max_reservation), 43200) INTO v_maxres FROM pyqueue_queue q WHERE q.queue_name = in_queue;
-    IF in_visibility_timeout > v_maxres THEN
-        CALL pyqueue__raise('invalid_argument',
-            CONCAT('visibility_timeout is longer than the queue''s max_reservation (',
-                   TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM CAST(v_maxres AS CHAR))), ' s)'));
-    END IF;
-    -- (max_reservation: the existing row's, for the CHECK that runs on the proposed row before the duplicate is found)
-    INSERT INTO pyqueue_queue
-           (queue_name, visibility_timeout, max_attempts, dead_letter_queue,
-            history_retention, paused, dead_count, created_at, max_reservation)
-    VALUES (in_queue, v_vis, v_max, in_dead_letter_queue, in_history_retention,
-            FALSE, 0, UTC_TIMESTAMP(6), v_maxres)
-    ON DUPLICATE KEY UPDATE
-           visibility_timeout = COALESCE(in_visibility_timeout, visibility_timeout),
-           max_attempts       = COALESCE(in_max_attempts, max_attempts),
-           dead_letter_queue  = COALESCE(in_dead_letter_queue, dead_letter_queue),
-           history_retention  = COALESCE(in_history_retention, history_retention);
+    CALL pyqueue__own_transaction(TRUE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+            IF v_own = 1 THEN
+                -- (no gap locks: creators of new queues never deadlock on the gap the missing rows share)
+                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                START TRANSACTION;
+            END IF;
+            REPEAT
+                SET v_new = 0;
+                -- the queue row locked (a locking read: the latest row, whatever the caller's snapshot), so that the
+                -- visibility_timeout is checked against the max_reservation the change keeps
+                SELECT COUNT(*), COALESCE(MAX(q.max_reservation), 43200) INTO v_found, v_maxres
+                  FROM pyqueue_queue q WHERE q.queue_name = in_queue FOR UPDATE;
+                -- a visibility_timeout above the queue's max_reservation (a new queue: the default, 12 hours) is refused
+                IF in_visibility_timeout > v_maxres THEN
+                    CALL pyqueue__raise('invalid_argument',
+                        CONCAT('visibility_timeout is longer than the queue''s max_reservation (',
+                               TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM CAST(v_maxres AS CHAR))), ' s)'));
+                END IF;
+                IF v_found = 0 THEN
+                    BEGIN
+                        -- created meanwhile by another transaction (it committed): read again, locked
+                        DECLARE EXIT HANDLER FOR 1062 SET v_new = 1;
+                        INSERT INTO pyqueue_queue
+                               (queue_name, visibility_timeout, max_attempts, dead_letter_queue,
+                                history_retention, paused, dead_count, created_at, max_reservation)
+                        VALUES (in_queue, v_vis, v_max, in_dead_letter_queue, in_history_retention,
+                                FALSE, 0, UTC_TIMESTAMP(6), v_maxres);
+                    END;
+                ELSE
+                    UPDATE pyqueue_queue
+                       SET visibility_timeout = COALESCE(in_visibility_timeout, visibility_timeout),
+                           max_attempts       = COALESCE(in_max_attempts, max_attempts),
+                           dead_letter_queue  = COALESCE(in_dead_letter_queue, dead_letter_queue),
+                           history_retention  = COALESCE(in_history_retention, history_retention)
+                     WHERE queue_name = in_queue;
+                END IF;
+            UNTIL v_new = 0 END REPEAT;
+            IF v_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
 END //
 
 -- queue_reset_setting: puts one setting back to its default: 'visibility_timeout' (30 s), 'max_attempts' (10),

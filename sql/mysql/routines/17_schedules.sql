@@ -184,9 +184,11 @@ END //
 -- pyqueue__schedule: creates or replaces a schedule and pushes its first occurrence (the next after now); the
 -- replaced schedule's pending occurrence goes unless reserved. Called again with the same definition (payload, every
 -- or cron) it changes nothing while the pending occurrence is live (next_at: its time), and repairs a schedule whose
--- pending occurrence is gone (the next after now is pushed). Result: one row, next_at. Interrupted, the schedule may
--- lack a pending occurrence until called again.
--- Locks: the schedule row, the old and new occurrence, a shared lock on the queue row, each for one statement.
+-- pending occurrence is gone (the next after now is pushed). Result: one row, next_at.
+-- Locks: the schedule row first (read with a lock, as PostgreSQL's FOR UPDATE: a replacement waits for another under
+-- way and then replaces what it wrote, its pending occurrence included), then the old and new occurrence and a shared
+-- lock on the queue row; in autocommit mode in a transaction of its own at READ COMMITTED (no gap locks: creators of
+-- new schedules never deadlock on the gap the missing rows share), run again on a deadlock.
 DROP PROCEDURE IF EXISTS pyqueue__schedule //
 CREATE PROCEDURE pyqueue__schedule(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -199,42 +201,70 @@ SQL SECURITY INVOKER
 BEGIN
     DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(234) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_now, v_next, v_old DATETIME(6);
+    DECLARE v_now, v_next, v_old, v_result DATETIME(6);
     DECLARE v_oldkey VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_oldid BIGINT;
-    DECLARE v_same INT;
+    DECLARE v_same, v_found, v_again, v_own, v_retry INT;
+    DECLARE v_tries INT DEFAULT 0;
     CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_name('p_key', in_key, 234);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_payload(in_payload);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__schedule_after(in_every_s, in_cron, v_now, v_next);
-    SELECT MAX(s.next_at),
-           MAX(CAST(JSON_EXTRACT(s.payload, '$') AS BINARY) = CAST(JSON_EXTRACT(in_payload, '$') AS BINARY) AND s.every_s <=> in_every_s
-               AND CAST(s.cron AS BINARY) <=> CAST(in_cron AS BINARY))
-      INTO v_old, v_same FROM pyqueue_schedule s
-     WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind;
-    IF v_same = 1 AND EXISTS (SELECT 1 FROM pyqueue_message m
-                               WHERE m.queue_name = v_queue AND m.p_kind = v_kind
-                                 AND m.p_key = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'))) THEN
-        SELECT v_old AS next_at;  -- the same schedule, its pending occurrence live: nothing to do
-    ELSE
-        INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
-        VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now)
-        ON DUPLICATE KEY UPDATE payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next;
-        IF v_old IS NOT NULL THEN
-            SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
-            SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
-             WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
-            DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
-        END IF;
-        INSERT IGNORE INTO pyqueue_message
-               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
-                scheduled_at_initially, created_at, attempts)
-        VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
-                in_payload, 0, v_next, v_next, v_now, 0);
-        SELECT v_next AS next_at;
-    END IF;
+    CALL pyqueue__own_transaction(TRUE, v_own);
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+            IF v_own = 1 THEN
+                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+                START TRANSACTION;
+            END IF;
+            REPEAT
+                SET v_again = 0;
+                -- a locking read: the latest row, whatever the caller's snapshot
+                SELECT COUNT(*), MAX(s.next_at),
+                       MAX(CAST(JSON_EXTRACT(s.payload, '$') AS BINARY) = CAST(JSON_EXTRACT(in_payload, '$') AS BINARY)
+                           AND s.every_s <=> in_every_s AND CAST(s.cron AS BINARY) <=> CAST(in_cron AS BINARY))
+                  INTO v_found, v_old, v_same FROM pyqueue_schedule s
+                 WHERE s.queue_name = v_queue AND s.p_key = v_key AND s.p_kind = v_kind
+                   FOR UPDATE;
+                IF v_same = 1 AND EXISTS (SELECT 1 FROM pyqueue_message m
+                                           WHERE m.queue_name = v_queue AND m.p_kind = v_kind
+                                             AND m.p_key = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'))) THEN
+                    SET v_result = v_old;  -- the same schedule, its pending occurrence live: nothing to do
+                ELSE
+                    IF v_found = 0 THEN
+                        BEGIN
+                            -- created meanwhile by another transaction (it committed): read again, locked
+                            DECLARE EXIT HANDLER FOR 1062 SET v_again = 1;
+                            INSERT INTO pyqueue_schedule (queue_name, p_key, p_kind, payload, every_s, cron, next_at, created_at)
+                            VALUES (v_queue, v_key, v_kind, in_payload, in_every_s, in_cron, v_next, v_now);
+                        END;
+                    ELSE
+                        UPDATE pyqueue_schedule SET payload = in_payload, every_s = in_every_s, cron = in_cron, next_at = v_next
+                         WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind;
+                        SET v_oldkey = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'));
+                        SELECT COALESCE(MAX(m.id), 0) INTO v_oldid FROM pyqueue_message m
+                         WHERE m.queue_name = v_queue AND m.p_key = v_oldkey AND m.p_kind = v_kind;
+                        DELETE FROM pyqueue_message WHERE id = v_oldid AND reserve_token IS NULL;
+                    END IF;
+                    IF v_again = 0 THEN
+                        INSERT IGNORE INTO pyqueue_message
+                               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                                scheduled_at_initially, created_at, attempts)
+                        VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
+                                in_payload, 0, v_next, v_next, v_now, 0);
+                        SET v_result = v_next;
+                    END IF;
+                END IF;
+            UNTIL v_again = 0 END REPEAT;
+            IF v_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    SELECT v_result AS next_at;
 END //
 
 -- queue_schedule_every: a message (in_key @ time, in_kind, in_payload) every in_every_s seconds (whole, 1 s to 100

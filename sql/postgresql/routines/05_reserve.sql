@@ -443,7 +443,10 @@ $$;
 -- Locks the chosen rows with SKIP LOCKED (pyqueue__ready_tids: its cost
 -- model is the reserve's) and deletes them by ctid in one statement;
 -- nothing when the queue is paused. A popped group head hands its place to
--- the next message of its group (then the group's row is locked too). On a
+-- the next message of its group, under the group's row, which the pop locks
+-- with SKIP LOCKED: a head whose group row another transaction holds (a push
+-- into the group, another pop or a settle of it, not committed yet) is left
+-- for a later call, so a pop never waits for a reserver or a push. On a
 -- queue that keeps results, each popped message's outcome is 'succeeded'.
 -- A message past its pyqueue.expires_at header is not popped but ended as
 -- cancelled (pyqueue__expire); the pop returns the others (fewer than in_n).
@@ -462,6 +465,8 @@ DECLARE
     v_now    timestamptz := pg_catalog.clock_timestamp();
     v_tids   tid[];
     v_groups text[];
+    v_locked text[];
+    v_busy   tid[];
     v_keys   text[];
     v_kinds  text[];
     v_dkeys  text[];
@@ -481,6 +486,29 @@ BEGIN
     -- Locked first, in a statement of its own: the DELETE then finds exactly
     -- the row versions that were locked.
     SELECT rt.o_tids INTO v_tids FROM pyqueue__ready_tids(in_queue, v_now, coalesce(in_n, 1), NULL, true) rt;
+    IF EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
+        -- group heads: their group rows locked now, at once (SKIP LOCKED; the messages are locked
+        -- already, and a settle takes the group row after them: this waits for no one); the heads
+        -- of a group whose row another transaction holds are left, unpopped, for a later call
+        SELECT pg_catalog.array_agg(DISTINCT m.group_key::text) INTO v_groups
+          FROM pyqueue_message m WHERE m.ctid = ANY (v_tids) AND m.group_key IS NOT NULL;
+        IF v_groups IS NOT NULL THEN
+            SELECT pg_catalog.array_agg(l.group_key::text) INTO v_locked
+              FROM (SELECT g.group_key FROM pyqueue_group g
+                     WHERE g.queue_name::text = in_queue AND g.group_key::text = ANY (v_groups)
+                     ORDER BY g.group_key
+                       FOR UPDATE SKIP LOCKED) l;
+            SELECT pg_catalog.array_agg(m.ctid) INTO v_busy
+              FROM pyqueue_message m
+             WHERE m.ctid = ANY (v_tids) AND m.group_key IS NOT NULL
+               AND NOT (m.group_key::text = ANY (coalesce(v_locked, '{}'::text[])));
+            IF v_busy IS NOT NULL THEN
+                v_tids := ARRAY(SELECT u.t FROM pg_catalog.unnest(v_tids) WITH ORDINALITY AS u (t, o)
+                                 WHERE NOT (u.t = ANY (v_busy)) ORDER BY u.o);
+            END IF;
+            v_groups := NULL;
+        END IF;
+    END IF;
     IF EXISTS (SELECT 1 FROM pyqueue_message m
                 WHERE m.ctid = ANY (v_tids) AND m.headers IS NOT NULL AND pyqueue__expired(m.headers, m.dead_from::text, v_clock)) THEN
         -- past their expiry: ended as cancelled (pyqueue__expire), the others popped
