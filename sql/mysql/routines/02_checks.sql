@@ -387,16 +387,33 @@ BEGIN
         CALL pyqueue__raise('invalid_argument', CONCAT('a batch takes at most 10000 messages, this one has ',
                                                        v_n, ' (split it)'));
     END IF;
-    IF v_bad IS NOT NULL
-       AND JSON_UNQUOTE(JSON_EXTRACT(in_messages, CONCAT('$[', v_bad - 1, '].p_key'))) LIKE '%@____-__-__T__:__:__Z' THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('element ', v_bad, ' of the batch: p_key ending in @<UTC time> is reserved for schedules'));
-    END IF;
     IF v_bad IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('element ', v_bad, ' of the batch: bad ', COALESCE(CONCAT(in_member, '/'), ''),
-                                   'p_key/p_kind, missing payload or bad run_at/priority'));
+        DO pyqueue__refuse_element(v_bad, JSON_UNQUOTE(JSON_EXTRACT(in_messages, CONCAT('$[', v_bad - 1, '].p_key'))),
+                                   in_member);
     END IF;
+END //
+
+-- pyqueue__refuse_element: raises invalid_argument for element in_ord of a batch found bad by the checks of
+-- pyqueue__check_messages (in_key: its p_key, as far as it was read; in_member as there): a schedule's occurrence key
+-- by its own message, any other fault by one message naming them all. A function, so that a batch push's INSERT can
+-- refuse its first bad element as it reads it (queue_push_batch). Never returns.
+DROP FUNCTION IF EXISTS pyqueue__refuse_element //
+CREATE FUNCTION pyqueue__refuse_element(
+    in_ord    BIGINT,
+    in_key    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    in_member VARCHAR(5) CHARACTER SET utf8mb4)
+RETURNS BOOLEAN
+DETERMINISTIC
+SQL SECURITY INVOKER
+BEGIN
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('element ', in_ord, ' of the batch: p_key ending in @<UTC time> is reserved for schedules'));
+    END IF;
+    CALL pyqueue__raise('invalid_argument',
+                        CONCAT('element ', in_ord, ' of the batch: bad ', COALESCE(CONCAT(in_member, '/'), ''),
+                               'p_key/p_kind, missing payload or bad run_at/priority'));
+    RETURN FALSE;
 END //
 
 -- pyqueue__check_message: the checks of one message a producer writes, in this order: p_key (pyqueue__check_key),
