@@ -388,8 +388,8 @@ BEGIN
                                                        v_n, ' (split it)'));
     END IF;
     IF v_bad IS NOT NULL THEN
-        DO pyqueue__refuse_element(v_bad, JSON_UNQUOTE(JSON_EXTRACT(in_messages, CONCAT('$[', v_bad - 1, '].p_key'))),
-                                   in_member);
+        SET v_n = pyqueue__refuse_element(v_bad, JSON_UNQUOTE(JSON_EXTRACT(in_messages, CONCAT('$[', v_bad - 1, '].p_key'))),
+                                          in_member);  -- (not DO, which turns the error into a warning)
     END IF;
 END //
 
