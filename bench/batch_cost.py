@@ -487,8 +487,9 @@ def _tid(conn) -> int:
     return tid
 
 
-def mysql_call(cur, q, how: str, table: str, keys: list[str], texts: list[str], payloads: list[dict]) -> int:
-    """One call of MY_BULK rows."""
+def mysql_call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> int:
+    """One call of MY_BULK rows; payloads as objects, each variant encoding them as its client would."""
+    texts = [json.dumps(p) for p in payloads[: len(keys)]]
     if how == "routine":
         q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
     elif how == "job":
@@ -539,12 +540,11 @@ def run_mysql(args) -> tuple[list[dict], dict]:
         meta |= dict(sizes=sizes, previous_commit=prev, thread_cpu=common.process_cpu(server, tid) is not None)  # fmt: skip
         results: list[dict] = []
         payloads = [{"n": i, "body": "x" * 40} for i in range(max([MY_BULK, *sizes]))]
-        texts = [json.dumps(p) for p in payloads]
         for rnd, size in ((r, s) for r in rounds for s in sizes or [MY_BULK]):
             calls = max(1, args.calls * BATCH // size)
             for name, how, table in common.rotated(todo, rnd):
                 (q, on), batches = qs.get(table, (None, tid)), _keys(calls, size)
-                work = lambda: sum(mysql_call(cur, q, how, table, keys, texts, payloads) for keys in batches)  # noqa: E731
+                work = lambda: sum(mysql_call(cur, q, how, table, keys, payloads) for keys in batches)  # noqa: E731
                 sample = _timed((server, on), calls * size, work)
                 results.append({"round": rnd, "size": size, "part": "mysql", "variant": name, **sample})
             # the churn: every table emptied by DELETE (InnoDB purges in the background)
