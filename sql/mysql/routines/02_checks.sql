@@ -283,8 +283,9 @@ END //
 -- pyqueue__check_batch_size: refuses a batch (in_messages, checked by pyqueue__check_messages) holding a payload longer
 -- than the max_payload of in_queue (NULL: of the queue each element's topic reaches, in_topics TRUE). A batch whose
 -- whole text is not longer than the smallest max_payload concerned cannot hold one, and costs one comparison after
--- one read; otherwise each payload is measured as stored (for a queue: its JSON text as written; for topics: LENGTH
--- of JSON_EXTRACT(payload, '$')). Plain reads.
+-- one read; otherwise each payload is measured as LENGTH of JSON_EXTRACT(payload, '$') (which writes a space after
+-- each , and :, so that queue_push_batch, which stores the text as given, never stores a compact payload longer). Plain
+-- reads.
 DROP PROCEDURE IF EXISTS pyqueue__check_batch_size //
 CREATE PROCEDURE pyqueue__check_batch_size(
     IN in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -296,7 +297,7 @@ BEGIN
     SELECT MIN(q.max_payload) INTO v_min FROM pyqueue_queue q WHERE in_queue IS NULL OR q.queue_name = in_queue;
     IF LENGTH(in_messages) > v_min THEN
         IF in_queue IS NOT NULL THEN
-            SELECT MAX(LENGTH(b.payload)) INTO v_bytes  -- as written, as queue_push_batch stores it
+            SELECT MAX(LENGTH(JSON_EXTRACT(b.payload, '$'))) INTO v_bytes
               FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (payload JSON PATH '$.payload')) AS b;
             IF v_bytes > v_min THEN CALL pyqueue__raise_size(v_bytes, v_min); END IF;
         ELSE
