@@ -249,11 +249,12 @@ END //
 -- queue_push_batch: inserts many messages in one statement. MySQL: ONE JSON array of objects {"p_key", "p_kind",
 -- "payload", "run_at", "priority"} as second argument, the other four NULL; members as queue_push takes them (run_at
 -- 'YYYY-MM-DD HH:MM:SS[.ffffff]' UTC, missing or null = now; priority missing or null = 0). An invalid element
--- refuses the batch before anything is written. Result: one row, inserted = how many were new (duplicates, also
--- within the batch, skipped; the first wins).
+-- refuses the batch, nothing written (its INSERT's rows undone with it). Result: one row, inserted = how many were new
+-- (duplicates, also within the batch, skipped; the first wins).
 -- Locks: the new rows (shared locks on duplicates), a shared lock on the queue row, for one statement (with
 -- innodb_autoinc_lock_mode = 1, MariaDB's default, the AUTO-INC lock too); a deadlock victim runs again in autocommit
--- mode.
+-- mode. A refused batch in the caller's transaction keeps the shared locks on the live keys of the elements before
+-- the bad one until that transaction ends.
 DROP PROCEDURE IF EXISTS queue_push_batch //
 CREATE PROCEDURE queue_push_batch(
     IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
