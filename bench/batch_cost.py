@@ -123,6 +123,8 @@ VARIANTS = [
     ("routine, table without due_idx (a database of its own)", "queue_push_batch_nodue", NODUE),
     ("pg_notify alone, once per call", "notify", ""),
 ]
+# --sizes: the bulk enqueue's variants: the routine, its peer, the bare insert into the live table's copy
+BULK_PG = ("routine", "pgmq send_batch", "copy: every index")
 # The drain part: (name, how, table) of every variant.
 DRAIN_VARIANTS = [
     ("routine: queue_reserve(100) + queue_commit_batch", "routine", "pyqueue_message"),
@@ -201,7 +203,7 @@ def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) ->
     if how.startswith("queue_push_batch"):
         q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
         return len(keys)
-    texts = [json.dumps(p) for p in payloads]
+    texts = [json.dumps(p) for p in payloads[: len(keys)]]
     cols, queue = INT_COLUMNS if how.startswith("insert_int") else (COLUMNS, QUEUE)
     if how == "pgmq.send_batch":
         cur.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, texts))
@@ -253,10 +255,27 @@ def _backend_pid(conn) -> int:
     return common.query(conn, "SELECT pg_backend_pid()")[0][0]
 
 
+def _bulk(args, dsn: str, variants: list, keep: tuple) -> tuple[list, list, range]:
+    """--previous-commit: its sql/ and the queue in the second database (dsn), whose variant (its table
+    "name:...") is then its routine's; --sizes: the variants in keep and it. Returns the variants, the
+    sizes, the rounds (with --sizes from round 0: untimed, the churn before the first)."""
+    second = next(v[2] for v in variants if ":" in v[2])
+    if prev := args.previous_commit:
+        common.install_commit("postgresql" if dsn.startswith("postgresql") else "mysql", dsn, prev)
+        with pyqueue_sql.connect(dsn) as db:
+            db.queue(QUEUE).create()
+        variants = [(f"routine, sql/ of {prev}", *v[1:]) if v[2] == second else v for v in variants]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if sizes:
+        variants = [v for v in variants if v[0] in keep or (prev and v[2] == second)]
+    return variants, sizes, range(0 if sizes else 1, args.rounds + 1)
+
+
 def run(args) -> tuple[list[dict], dict]:
+    prev = args.previous_commit
     with (
         common.database("postgresql", "batchcost", QUEUE) as dsn,
-        common.database("postgresql", "batchcost_nodue", QUEUE) as dsn_nodue,
+        common.database("postgresql", "batchcost_nodue", QUEUE, install=not prev) as dsn_nodue,
         contextlib.ExitStack() as stack,
     ):
         has_pgmq = True
@@ -268,33 +287,34 @@ def run(args) -> tuple[list[dict], dict]:
         conn, nodue_conn = (stack.enter_context(_connect(d)) for d in (dsn, dsn_nodue))
         cur, nodue = conn.cursor(), nodue_conn.cursor()
         setup(cur)
+        todo, sizes, rounds = _bulk(args, dsn_nodue, runnable(VARIANTS, has_pgmq), BULK_PG)
         query = "SELECT pg_backend_pid(), current_setting('autovacuum'), version()"
         pid, autovacuum, version = common.query(conn, query)[0]
         # the routine through the client, on its own connection (its server process timed alone),
         # and on a table without its due index, in a database of its own
         db, db_nodue = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_nodue))
-        nodue.execute("DROP INDEX pyqueue_message_due_idx")
+        prev or nodue.execute("DROP INDEX pyqueue_message_due_idx")
         qs = {NODUE: db_nodue.queue(QUEUE), "": db.queue(QUEUE)}
         on = {"queue_push_batch": _backend_pid(db.connection)}
         on["queue_push_batch_nodue"] = _backend_pid(db_nodue.connection)
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=args.calls)
         meta |= dict(batch=BATCH, load_before=common.loadavg(), autovacuum=autovacuum)
-        meta |= dict(server=version.split(" on ")[0], pgmq=has_pgmq)
-        todo = runnable(VARIANTS, has_pgmq)
+        meta |= dict(server=version.split(" on ")[0], pgmq=has_pgmq, sizes=sizes, previous_commit=prev)
         results: list[dict] = []
-        payloads = [{"n": i, "body": "x" * 40} for i in range(BATCH)]
-        for rnd in range(args.rounds):
+        payloads = [{"n": i, "body": "x" * 40} for i in range(max([BATCH, *sizes]))]
+        for rnd, size in ((r, s) for r in rounds for s in sizes or [BATCH]):
+            calls = max(1, args.calls * BATCH // size)
             for name, how, table in common.rotated(todo, rnd):
-                q, batches = qs.get(table, qs[""]), _keys(args.calls)
+                q, batches = qs.get(table, qs[""]), _keys(calls, size)
                 work = lambda: sum(call(cur, q, how, table, keys, payloads) for keys in batches)  # noqa: E731
-                sample = _timed((on.get(how, pid),), args.calls * BATCH, work)
-                results.append({"round": rnd + 1, "variant": name, **sample})
+                sample = _timed((on.get(how, pid),), calls * size, work)
+                results.append({"round": rnd, "size": size, "variant": name, **sample})
             # the churn: every table emptied by DELETE, as consumers do (dead rows and index entries stay)
             for table in dict.fromkeys(t for _, _, t in todo if t):
                 where = f" WHERE queue_name = '{QUEUE}'" if table.endswith("pyqueue_message") else ""
                 (nodue if table == NODUE else cur).execute(f"DELETE FROM {table.split(':')[-1]}{where}")
-            print(f"batch-cost: round {rnd + 1} of {args.rounds} done", flush=True)
-        if not args.no_drain:
+            print(f"batch-cost: round {rnd} of {args.rounds} done ({size} a call)", flush=True)
+        if not args.no_drain and not sizes:
             results += drain(args, conn, dsn, db, on["queue_push_batch"], has_pgmq, payloads)
         meta["load_after"] = common.loadavg()
         return results, meta
@@ -422,6 +442,8 @@ MY_VARIANTS = [
     ("ingest: multi-row INSERT into queue_ingest + CALL queue_ingest_flush", "ingest", "queue_ingest"),
 ]
 # fmt: on
+# --sizes: the routine, the plain job table (the peer), the live table's copy (the bare insert)
+BULK_MY = tuple(MY_VARIANTS[i][0] for i in (0, 2, 4))
 
 
 def _mysql_setup(cur) -> None:
@@ -465,8 +487,9 @@ def _tid(conn) -> int:
     return tid
 
 
-def mysql_call(cur, q, how: str, table: str, keys: list[str], texts: list[str], payloads: list[dict]) -> int:
-    """One call of MY_BULK rows."""
+def mysql_call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> int:
+    """One call of MY_BULK rows; payloads as objects, each variant encoding them as its client would."""
+    texts = [json.dumps(p) for p in payloads[: len(keys)]]
     if how == "routine":
         q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
     elif how == "job":
@@ -492,10 +515,10 @@ def mysql_call(cur, q, how: str, table: str, keys: list[str], texts: list[str], 
 
 
 def run_mysql(args) -> tuple[list[dict], dict]:
-    calls = max(1, args.calls * BATCH // MY_BULK)
+    calls, prev = max(1, args.calls * BATCH // MY_BULK), args.previous_commit
     with (
         common.database("mysql", "batchcost", QUEUE) as dsn,
-        common.database("mysql", "batchcost_lean", QUEUE) as dsn_lean,
+        common.database("mysql", "batchcost_lean", QUEUE, install=not prev) as dsn_lean,
         contextlib.ExitStack() as stack,
     ):
         server = common.server_pid("mysql", dsn)
@@ -504,31 +527,32 @@ def run_mysql(args) -> tuple[list[dict], dict]:
         )
         cur, lean = conn.cursor(), lean_conn.cursor()
         _mysql_setup(cur)
+        todo, sizes, rounds = _bulk(args, dsn_lean, MY_VARIANTS, BULK_MY)
         (version,) = common.query(conn, "SELECT VERSION()")[0]
         db, db_lean = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_lean))
         db.queue(INGEST_QUEUE).create()
-        lean.execute(f"ALTER TABLE pyqueue_message {DROP_SECONDARY}")
+        prev or lean.execute(f"ALTER TABLE pyqueue_message {DROP_SECONDARY}")
         # each variant timed by the server thread of the connection it runs on
         qs = {t: (d.queue(QUEUE), _tid(d.connection)) for t, d in (("pyqueue_message", db), (LEAN, db_lean))}
         tid = _tid(conn)
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=calls)
         meta |= dict(batch=MY_BULK, load_before=common.loadavg(), server=f"MariaDB {version}")
-        meta["thread_cpu"] = server is not None and common.process_cpu(server, tid) is not None
+        meta |= dict(sizes=sizes, previous_commit=prev, thread_cpu=common.process_cpu(server, tid) is not None)  # fmt: skip
         results: list[dict] = []
-        payloads = [{"n": i, "body": "x" * 40} for i in range(MY_BULK)]
-        texts = [json.dumps(p) for p in payloads]
-        for rnd in range(args.rounds):
-            for name, how, table in common.rotated(MY_VARIANTS, rnd):
-                (q, on), batches = qs.get(table, (None, tid)), _keys(calls, MY_BULK)
-                work = lambda: sum(mysql_call(cur, q, how, table, keys, texts, payloads) for keys in batches)  # noqa: E731
-                sample = _timed((server, on), calls * MY_BULK, work)
-                results.append({"round": rnd + 1, "part": "mysql", "variant": name, **sample})
+        payloads = [{"n": i, "body": "x" * 40} for i in range(max([MY_BULK, *sizes]))]
+        for rnd, size in ((r, s) for r in rounds for s in sizes or [MY_BULK]):
+            calls = max(1, args.calls * BATCH // size)
+            for name, how, table in common.rotated(todo, rnd):
+                (q, on), batches = qs.get(table, (None, tid)), _keys(calls, size)
+                work = lambda: sum(mysql_call(cur, q, how, table, keys, payloads) for keys in batches)  # noqa: E731
+                sample = _timed((server, on), calls * size, work)
+                results.append({"round": rnd, "size": size, "part": "mysql", "variant": name, **sample})
             # the churn: every table emptied by DELETE (InnoDB purges in the background)
             cur.execute("DELETE FROM pyqueue_message WHERE queue_name IN (%s, %s)", (QUEUE, INGEST_QUEUE))
             lean.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
             for table in dict.fromkeys(t for _, _, t in MY_VARIANTS if t.startswith(("scratch", "job"))):
                 cur.execute(f"DELETE FROM {table}")
-            print(f"batch-cost: MariaDB round {rnd + 1} of {args.rounds} done", flush=True)
+            print(f"batch-cost: MariaDB round {rnd} of {args.rounds} done ({size} a call)", flush=True)
         meta["load_after"] = common.loadavg()
         return results, meta
 
@@ -558,6 +582,35 @@ def summarize_mysql(results: list[dict], meta: dict) -> str:
     )
 
 
+def summarize_bulk(results: list[dict], meta: dict, peer: str, bare: str) -> str:
+    """--sizes: a row a size and variant: rows/s, the server's and the client's CPU a row, the ratios
+    to the peer and to the bare insert (rate: this / base; server CPU: base / this)."""
+    rows, by = [], {(r["size"], r["variant"], r["round"]): r for r in results if r["round"]}
+    for size, name in dict.fromkeys((s, v) for s, v, _ in by):
+        mine = [r for (s, v, _), r in by.items() if (s, v) == (size, name)]
+
+        def x(base: str, key: str) -> str:
+            pairs = [(by.get((size, base, r["round"]), {}).get(key), r[key]) for r in mine]
+            return common.spread([b / t for b, t in pairs if b and t])
+
+        rate = common.spread([1e6 / r["wall_us_per_row"] for r in mine], ".0f")
+        server = common.spread([r["server_us_per_row"] for r in mine], ".1f")
+        client = common.spread([r["client_us_per_row"] for r in mine], ".1f")
+        w, c = "wall_us_per_row", "server_us_per_row"
+        rows.append([f"{size:,}", name, rate, x(peer, w), x(bare, w), server, x(peer, c), x(bare, c), client])
+    header = "a call|variant|rows/s|x peer|x bare|server µs/row|x peer|x bare|client µs/row".split("|")
+    return "\n".join([
+        f"# Bulk enqueue, {meta['server']}: push_many against {peer} (the peer) and {bare} (bare)", "",
+        f"Command: `{meta['command']}`; {meta['started']}, load average {meta['load_before']} before, "
+        f"{meta['load_after']} after; one connection a variant, {meta['rounds']} timed rounds after an untimed "
+        "one (the churn: every table emptied by DELETE after each round, never vacuumed), the variants' order "
+        "rotating, sizes interleaved; random keys. Medians (min-max) over the rounds; `x`: per-round ratios, "
+        "rows/s this / base, server CPU base / this (above 1: better). Server CPU: the connection's server "
+        "process or thread (/proc, 10 ms ticks); client: this process's CPU in the calls (JSON encoding "
+        "included). Method: bench/README.md, Batch cost.", "",
+        *common.table(header, rows, "llrrrrrrr"), ""])  # fmt: skip
+
+
 def main() -> None:
     ap = common.parser(
         __doc__,
@@ -567,6 +620,8 @@ def main() -> None:
         ("--no-drain", False, "the push part only"),
         ("--dialects", "postgresql", "postgresql, mysql (the MariaDB bulk enqueue part), or both"),
         ("--out", None, "directory of batch-cost.md/.json (default bench/latest, --quick bench/results)"),
+        ("--sizes", "", "bulk enqueue: rows a call (500,5000): the routine, its peer and the bare insert"),
+        ("--previous-commit", None, "a commit whose sql/ runs beside (with --sizes: the routine's)"),
     )
     args = ap.parse_args()
     common.exit_on_sigterm()
@@ -577,6 +632,10 @@ def main() -> None:
         "postgresql": ("batch-cost", run, summarize),
         "mysql": ("batch-cost-mysql", run_mysql, summarize_mysql),
     }
+    if args.sizes:
+        bulk = {"postgresql": (BULK_PG[1], BULK_PG[2]), "mysql": (BULK_MY[1], BULK_MY[2])}
+        parts = {d: (f"{n}-bulk", r, functools.partial(summarize_bulk, peer=bulk[d][0], bare=bulk[d][1]))
+                 for d, (n, r, _) in parts.items()}  # fmt: skip
     for name, runner, summary in (parts[d] for d in parts if d in args.dialects.split(",")):
         results, meta = runner(args)
         common.write(out, name, summary(results, meta), {"meta": meta, "results": results}, "batch-cost: ")

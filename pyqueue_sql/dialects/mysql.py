@@ -75,6 +75,40 @@ def _read_datetime(text: str) -> dt.datetime | dt.date | str:
     return pymysql.converters.convert_datetime(text)
 
 
+class _LongText:
+    """A long text parameter (a batch's JSON array of messages) sent as the hex literal of its UTF-8
+    bytes, _utf8mb4 X'...': bytes.hex() costs a tenth of PyMySQL's escaping, which maps each
+    character (3 µs of the client's CPU a message of a batch of 5,000), and no sql_mode changes
+    what it means. A connection whose conversions lack it (one passed in) escapes str(it)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+LONG_TEXT = 4096  # characters: a shorter text is escaped as PyMySQL does
+
+
+def _long_text_literal(value: _LongText, mapping: object = None) -> str:
+    import pymysql.converters
+
+    try:
+        return "_utf8mb4 X'" + value.text.encode().hex() + "'"
+    except UnicodeEncodeError:  # a lone surrogate: as PyMySQL sends it (the server refuses it)
+        return pymysql.converters.escape_str(value.text)
+
+
+def _long_texts(params: Params) -> Params:
+    """params with each text longer than LONG_TEXT as a _LongText."""
+    if isinstance(params, dict):
+        return {k: _LongText(v) if type(v) is str and len(v) > LONG_TEXT else v for k, v in params.items()}
+    return params
+
+
 @functools.cache
 def _connection_class() -> type:
     """PyMySQL's Connection with one TLS context per process for the connections that name no
@@ -111,6 +145,7 @@ def _conversions() -> dict[type | int, Callable[..., object]]:
         **pymysql.converters.conversions,
         FIELD_TYPE.DATETIME: _read_datetime,
         FIELD_TYPE.TIMESTAMP: _read_datetime,
+        _LongText: _long_text_literal,
     }
 
 
@@ -499,7 +534,7 @@ class MySQL(Dialect):
         cur = connection.cursor()
         try:
             with self._driver_errors():
-                cur.execute(self.statement(name), params)
+                cur.execute(self.statement(name), _long_texts(params))
                 sets = [_by_name(name, cur.description, list(cur.fetchall())) if cur.description else []]
                 while cur.nextset():  # a CALL ends with a status result without rows
                     if cur.description:
@@ -526,7 +561,7 @@ class MySQL(Dialect):
             try:
                 cur = connection.cursor()
                 try:
-                    cur.execute(_one_trip(self.statement(name)), params)
+                    cur.execute(_one_trip(self.statement(name)), _long_texts(params))
                     sets = [_by_name(name, cur.description, list(cur.fetchall()))] if cur.description else []
                     while cur.nextset():
                         if cur.description:
@@ -550,7 +585,7 @@ class MySQL(Dialect):
             try:
                 cur = await connection.cursor(_quiet_cursor())
                 try:
-                    await cur.execute(_one_trip(self.statement(name)), params)
+                    await cur.execute(_one_trip(self.statement(name)), _long_texts(params))
                     sets = (
                         [_by_name(name, cur.description, list(await cur.fetchall()))]
                         if cur.description
@@ -578,7 +613,7 @@ class MySQL(Dialect):
         cur = await connection.cursor(_quiet_cursor())
         try:
             with self._driver_errors():
-                await cur.execute(self.statement(name), params)
+                await cur.execute(self.statement(name), _long_texts(params))
                 sets = [
                     _by_name(name, cur.description, list(await cur.fetchall())) if cur.description else []
                 ]

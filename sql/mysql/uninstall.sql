@@ -245,6 +245,7 @@ DROP PROCEDURE IF EXISTS pyqueue__check_utf8;
 DROP PROCEDURE IF EXISTS pyqueue__check_batch_headers;
 DROP PROCEDURE IF EXISTS pyqueue__check_batch_size;
 DROP PROCEDURE IF EXISTS pyqueue__check_messages;
+DROP FUNCTION IF EXISTS pyqueue__refuse_element;
 DROP PROCEDURE IF EXISTS pyqueue__check_name;
 DROP PROCEDURE IF EXISTS pyqueue__raise;
 

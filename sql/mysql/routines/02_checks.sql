@@ -278,7 +278,9 @@ END //
 -- pyqueue__check_batch_size: refuses a batch (in_messages, checked by pyqueue__check_messages) holding a payload longer
 -- than the max_payload of in_queue (NULL: of the queue each element's topic reaches, in_topics TRUE). A batch whose
 -- whole text is not longer than the smallest max_payload concerned cannot hold one, and costs one comparison after
--- one read; otherwise each payload is measured as stored (LENGTH of JSON_EXTRACT(payload, '$')). Plain reads.
+-- one read; otherwise each payload is measured as LENGTH of JSON_EXTRACT(payload, '$') (which writes a space after
+-- each , and :, so that queue_push_batch, which stores the text as given, never stores a compact payload longer). Plain
+-- reads.
 DROP PROCEDURE IF EXISTS pyqueue__check_batch_size //
 CREATE PROCEDURE pyqueue__check_batch_size(
     IN in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -315,78 +317,99 @@ END //
 -- p_kind strings as queue_push takes them, a payload (any JSON, null too), run_at missing, null or 'YYYY-MM-DD
 -- HH:MM:SS[.ffffff]', priority missing, null or a whole number in INT's range, and per in_member a "group" ('group',
 -- as queue_push_grouped) or a "topic" ('topic', pyqueue__check_topic) missing, null or valid; at most 10000 elements.
--- invalid_argument names the first bad element (1-based). Takes no locks. JSON_TABLE reads each field once; the checks are the expressions
--- the inserts use ("IS NOT TRUE": a NULL verdict is bad).
+-- invalid_argument names the first bad element (1-based). Takes no locks. JSON_TABLE reads each field once, only
+-- those an expression asks for ("IS NOT TRUE": a NULL verdict is bad). p_key and p_kind are read twice: as written (a
+-- string's text starts with a double quote) and unquoted into a VARCHAR one character longer than allowed (a longer
+-- one, cut to it, is still too long); a JSON null or a missing member is tested on the text, with no JSON function:
+-- each JSON_TYPE or JSON_UNQUOTE of a field parses it again (the per-element checks were a third of a batch push).
 DROP PROCEDURE IF EXISTS pyqueue__check_messages //
 CREATE PROCEDURE pyqueue__check_messages(
     IN in_messages LONGTEXT CHARACTER SET utf8mb4,
     IN in_member   VARCHAR(5) CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_bad BIGINT;
+    DECLARE v_bad, v_n BIGINT;
     IF in_messages IS NULL THEN CALL pyqueue__raise('invalid_argument', 'messages must not be NULL'); END IF;
-    IF NOT JSON_VALID(in_messages) THEN CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects'); END IF;
-    IF JSON_TYPE(in_messages) <> 'ARRAY' THEN CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects'); END IF;
-    IF JSON_LENGTH(in_messages) > 10000 THEN  -- the rows one call takes (docs/contract.md, "Batch size")
-        CALL pyqueue__raise('invalid_argument', CONCAT('a batch takes at most 10000 messages, this one has ',
-                                                       JSON_LENGTH(in_messages), ' (split it)'));
+    -- (valid JSON text that starts with [ is an array: JSON_TYPE, another parse of the whole text, only otherwise)
+    IF NOT JSON_VALID(in_messages) OR (LEFT(in_messages, 1) <> '[' AND JSON_TYPE(in_messages) <> 'ARRAY') THEN
+        CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
     END IF;
     IF LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'messages', in_messages); END IF;
-    SELECT MIN(b.ord) INTO v_bad
+    -- the first bad element and the batch's length (its last ordinal) in one pass
+    SELECT MIN(IF((     -- (an element that is not an object has no '$.p_key' string: refused below, as is;
+                        --  a column of the whole element copied each payload once more)
+                   (   in_member IS NULL
+                    OR (    in_member = 'group'
+                        AND (   COALESCE(JSON_TYPE(b.g), 'NULL') = 'NULL'
+                             OR (    JSON_TYPE(b.g) = 'STRING'
+                                 AND CHAR_LENGTH(JSON_UNQUOTE(b.g)) BETWEEN 1 AND 255
+                                 AND NOT (JSON_UNQUOTE(b.g) LIKE '% '))))
+                    OR (    in_member = 'topic'
+                        AND JSON_TYPE(b.t) = 'STRING'
+                        AND CHAR_LENGTH(JSON_UNQUOTE(b.t)) BETWEEN 1 AND 255
+                        AND NOT (JSON_UNQUOTE(b.t) LIKE '% ' OR JSON_UNQUOTE(b.t) LIKE ' %'
+                                 OR JSON_UNQUOTE(b.t) LIKE '.%' OR JSON_UNQUOTE(b.t) LIKE '%.'
+                                 OR LOCATE('..', JSON_UNQUOTE(b.t)) > 0
+                                 OR LOCATE('*', JSON_UNQUOTE(b.t)) > 0 OR LOCATE('#', JSON_UNQUOTE(b.t)) > 0)))
+               AND LEFT(b.kj, 1) = '"' AND CHAR_LENGTH(b.k) BETWEEN 1 AND 255 AND NOT (b.k LIKE '% ')
+               AND NOT (b.k LIKE '%@____-__-__T__:__:__Z')  -- a schedule's occurrence
+               AND LEFT(b.kdj, 1) = '"' AND CHAR_LENGTH(b.kd) BETWEEN 1 AND 128 AND NOT (b.kd LIKE '% ')
+               AND b.has_payload = 1
+               AND (   b.run_at IS NULL OR b.run_at = 'null'
+                    OR (    JSON_TYPE(b.run_at) = 'STRING'
+                        AND JSON_UNQUOTE(b.run_at)
+                            REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
+                        AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
+                        AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
+                            = LEFT(JSON_UNQUOTE(b.run_at), 19)))
+               AND (   b.priority IS NULL OR b.priority = 'null'
+                    OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
+                        AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
+                        AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
+              ) IS NOT TRUE, b.ord, NULL)), MAX(b.ord)
+      INTO v_bad, v_n
       FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
                ord         FOR ORDINALITY,
                g           JSON PATH '$.group',
                t           JSON PATH '$.topic',
-               k           JSON PATH '$.p_key',
-               kd          JSON PATH '$.p_kind',
+               kj          JSON PATH '$.p_key',
+               k           VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
+               kdj         JSON PATH '$.p_kind',
+               kd          VARCHAR(129) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind',
                has_payload INT EXISTS PATH '$.payload',
                run_at      JSON PATH '$.run_at',
-               priority    JSON PATH '$.priority')) AS b
-     WHERE (    -- (an element that is not an object has no '$.p_key' string: refused below, as is;
-                --  a column of the whole element copied each payload once more)
-                (   in_member IS NULL
-                 OR (    in_member = 'group'
-                     AND (   COALESCE(JSON_TYPE(b.g), 'NULL') = 'NULL'
-                          OR (    JSON_TYPE(b.g) = 'STRING'
-                              AND CHAR_LENGTH(JSON_UNQUOTE(b.g)) BETWEEN 1 AND 255
-                              AND NOT (JSON_UNQUOTE(b.g) LIKE '% '))))
-                 OR (    in_member = 'topic'
-                     AND JSON_TYPE(b.t) = 'STRING'
-                     AND CHAR_LENGTH(JSON_UNQUOTE(b.t)) BETWEEN 1 AND 255
-                     AND NOT (JSON_UNQUOTE(b.t) LIKE '% ' OR JSON_UNQUOTE(b.t) LIKE ' %'
-                              OR JSON_UNQUOTE(b.t) LIKE '.%' OR JSON_UNQUOTE(b.t) LIKE '%.'
-                              OR LOCATE('..', JSON_UNQUOTE(b.t)) > 0
-                              OR LOCATE('*', JSON_UNQUOTE(b.t)) > 0 OR LOCATE('#', JSON_UNQUOTE(b.t)) > 0)))
-            AND JSON_TYPE(b.k) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(b.k)) BETWEEN 1 AND 255
-            AND NOT (JSON_UNQUOTE(b.k) LIKE '% ')
-            AND NOT (JSON_UNQUOTE(b.k) LIKE '%@____-__-__T__:__:__Z')  -- a schedule's occurrence
-            AND JSON_TYPE(b.kd) = 'STRING'
-            AND CHAR_LENGTH(JSON_UNQUOTE(b.kd)) BETWEEN 1 AND 128
-            AND NOT (JSON_UNQUOTE(b.kd) LIKE '% ')
-            AND b.has_payload = 1
-            AND (   COALESCE(JSON_TYPE(b.run_at), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(b.run_at) = 'STRING'
-                     AND JSON_UNQUOTE(b.run_at)
-                         REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
-                     AND CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
-                     AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
-                         = LEFT(JSON_UNQUOTE(b.run_at), 19)))
-            AND (   COALESCE(JSON_TYPE(b.priority), 'NULL') = 'NULL'
-                 OR (    JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
-                     AND CAST(b.priority AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
-                     AND CAST(CAST(b.priority AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647))
-           ) IS NOT TRUE;
-    IF v_bad IS NOT NULL
-       AND JSON_UNQUOTE(JSON_EXTRACT(in_messages, CONCAT('$[', v_bad - 1, '].p_key'))) LIKE '%@____-__-__T__:__:__Z' THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('element ', v_bad, ' of the batch: p_key ending in @<UTC time> is reserved for schedules'));
+               priority    JSON PATH '$.priority')) AS b;
+    IF v_n > 10000 THEN  -- the rows one call takes (docs/contract.md, "Batch size")
+        CALL pyqueue__raise('invalid_argument', CONCAT('a batch takes at most 10000 messages, this one has ',
+                                                       v_n, ' (split it)'));
     END IF;
     IF v_bad IS NOT NULL THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('element ', v_bad, ' of the batch: bad ', COALESCE(CONCAT(in_member, '/'), ''),
-                                   'p_key/p_kind, missing payload or bad run_at/priority'));
+        SET v_n = pyqueue__refuse_element(v_bad, JSON_UNQUOTE(JSON_EXTRACT(in_messages, CONCAT('$[', v_bad - 1, '].p_key'))),
+                                          in_member);  -- (not DO, which turns the error into a warning)
     END IF;
+END //
+
+-- pyqueue__refuse_element: raises invalid_argument for element in_ord of a batch found bad by the checks of
+-- pyqueue__check_messages (in_key: its p_key, as far as it was read; in_member as there): a schedule's occurrence key
+-- by its own message, any other fault by one message naming them all. A function, so that a batch push's INSERT can
+-- refuse its first bad element as it reads it (queue_push_batch). Never returns.
+DROP FUNCTION IF EXISTS pyqueue__refuse_element //
+CREATE FUNCTION pyqueue__refuse_element(
+    in_ord    BIGINT,
+    in_key    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    in_member VARCHAR(5) CHARACTER SET utf8mb4)
+RETURNS BOOLEAN
+DETERMINISTIC
+SQL SECURITY INVOKER
+BEGIN
+    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('element ', in_ord, ' of the batch: p_key ending in @<UTC time> is reserved for schedules'));
+    END IF;
+    CALL pyqueue__raise('invalid_argument',
+                        CONCAT('element ', in_ord, ' of the batch: bad ', COALESCE(CONCAT(in_member, '/'), ''),
+                               'p_key/p_kind, missing payload or bad run_at/priority'));
+    RETURN FALSE;
 END //
 
 -- pyqueue__check_message: the checks of one message a producer writes, in this order: p_key (pyqueue__check_key),

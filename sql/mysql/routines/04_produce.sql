@@ -168,15 +168,26 @@ BEGIN
     DECLARE v_retry INT;
     DECLARE v_now DATETIME(6);
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
+    DECLARE v_max BIGINT;
     CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
         CALL pyqueue__raise_batch_shape(in_with_headers, '2nd', 4);
     END IF;
-    CALL pyqueue__check_messages(in_messages, NULL);
+    -- pyqueue__check_messages's checks of the whole text here, those of each element in the INSERT below, as it
+    -- reads the element: each nested CALL copies in_messages, and a pass of its own read every field once more
+    -- (the two were a third of the call); the full checks only where these find a fault, or a byte ED (a UTF-16
+    -- surrogate written as UTF-8 or a character U+D000-U+D7FF: pyqueue__check_utf8 tells)
+    IF in_messages IS NULL OR NOT JSON_VALID(in_messages)
+       OR (LEFT(in_messages, 1) <> '[' AND JSON_TYPE(in_messages) <> 'ARRAY')
+       OR JSON_LENGTH(in_messages) > 10000 OR LOCATE(X'ED', CAST(in_messages AS BINARY)) > 0 THEN
+        CALL pyqueue__check_messages(in_messages, NULL);
+    END IF;
     IF in_with_headers THEN CALL pyqueue__check_batch_headers(in_messages); END IF;
-    CALL pyqueue__check_batch_size(v_queue, in_messages);
+    -- (pyqueue__check_batch_size's test: a batch text not longer than max_payload cannot hold a longer payload)
+    SELECT MAX(q.max_payload) INTO v_max FROM pyqueue_queue q WHERE q.queue_name = v_queue;
+    IF LENGTH(in_messages) > v_max THEN CALL pyqueue__check_batch_size(v_queue, in_messages); END IF;
     SET v_now = UTC_TIMESTAMP(6);
     CALL pyqueue__own_transaction(FALSE, v_own);
     REPEAT
@@ -186,27 +197,42 @@ BEGIN
             INSERT IGNORE INTO pyqueue_message
                    (queue_name, p_key, p_kind, payload, priority, scheduled_at,
                     scheduled_at_initially, created_at, attempts, headers)
-            SELECT in_queue,
-                   JSON_UNQUOTE(b.k),
-                   JSON_UNQUOTE(b.kd),
-                   JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
-                   CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
-                        THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
-                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
-                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
-                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
-                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
-                   v_now,
-                   0,
+            SELECT in_queue, b.k, b.kd, b.payload, COALESCE(b.priority, 0),
+                   COALESCE(b.run_at, v_now), COALESCE(b.run_at, v_now), v_now, 0,
                    CASE WHEN in_with_headers AND JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
               FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
                        ord      FOR ORDINALITY,
-                       k        JSON PATH '$.p_key',
-                       kd       JSON PATH '$.p_kind',
-                       payload  JSON PATH '$.payload',
-                       run_at   JSON PATH '$.run_at',
-                       priority JSON PATH '$.priority',
-                       h        JSON PATH '$.headers')) AS b;
+                       kj       JSON PATH '$.p_key',
+                       k        VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
+                       kdj      JSON PATH '$.p_kind',
+                       kd       VARCHAR(129) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind',
+                       payload  JSON PATH '$.payload',  -- stored as written, as queue_push stores it
+                       raj      JSON PATH '$.run_at',
+                       run_at   DATETIME(6) PATH '$.run_at',  -- JSON null: NULL
+                       prj      JSON PATH '$.priority',
+                       priority INT PATH '$.priority',
+                       h        JSON PATH '$.headers')) AS b
+             -- pyqueue__check_messages's checks of an element (in_member NULL); the first bad one refuses the
+             -- batch, and the statement's rows are undone
+             WHERE (    LEFT(b.kj, 1) = '"' AND CHAR_LENGTH(b.k) BETWEEN 1 AND 255 AND NOT (b.k LIKE '% ')
+                    AND NOT (b.k LIKE '%@____-__-__T__:__:__Z')
+                    AND LEFT(b.kdj, 1) = '"' AND CHAR_LENGTH(b.kd) BETWEEN 1 AND 128 AND NOT (b.kd LIKE '% ')
+                    AND b.payload IS NOT NULL
+                    AND (   b.raj IS NULL OR b.raj = 'null'
+                         OR (    JSON_TYPE(b.raj) = 'STRING'
+                             AND JSON_UNQUOTE(b.raj)
+                                 REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?\\z'
+                             AND CAST(JSON_UNQUOTE(b.raj) AS DATETIME(6)) + INTERVAL 0 SECOND >= '1000-01-01'
+                             AND DATE_FORMAT(CAST(JSON_UNQUOTE(b.raj) AS DATETIME(6)), '%Y-%m-%d %H:%i:%s')
+                                 = LEFT(JSON_UNQUOTE(b.raj), 19)))
+                    AND (   b.prj IS NULL OR b.prj = 'null'
+                         OR (    JSON_TYPE(b.prj) IN ('INTEGER', 'UNSIGNED INTEGER')
+                             AND CAST(b.prj AS CHAR) REGEXP '^-?[0-9]{1,10}\\z'
+                             AND CAST(CAST(b.prj AS CHAR) AS DECIMAL(65,0)) BETWEEN -2147483648 AND 2147483647)))
+                OR pyqueue__refuse_element(b.ord, b.k, NULL);
+            -- (every field typed by JSON_TABLE, unquoted and converted once: each JSON_UNQUOTE, JSON_TYPE
+            -- or JSON_EXTRACT of a field parsed it again, and re-writing each payload's JSON text was a
+            -- tenth of the call)
             -- (no ORDER BY: JSON_TABLE yields the elements in array order, which gives the ids in batch
             -- order and keeps the first of a repeated key; sorting the rows, payloads included, wrote a
             -- temporary table to disk on every call, a sixth of its time)
@@ -223,11 +249,12 @@ END //
 -- queue_push_batch: inserts many messages in one statement. MySQL: ONE JSON array of objects {"p_key", "p_kind",
 -- "payload", "run_at", "priority"} as second argument, the other four NULL; members as queue_push takes them (run_at
 -- 'YYYY-MM-DD HH:MM:SS[.ffffff]' UTC, missing or null = now; priority missing or null = 0). An invalid element
--- refuses the batch before anything is written. Result: one row, inserted = how many were new (duplicates, also
--- within the batch, skipped; the first wins).
+-- refuses the batch, nothing written (its INSERT's rows undone with it). Result: one row, inserted = how many were new
+-- (duplicates, also within the batch, skipped; the first wins).
 -- Locks: the new rows (shared locks on duplicates), a shared lock on the queue row, for one statement (with
 -- innodb_autoinc_lock_mode = 1, MariaDB's default, the AUTO-INC lock too); a deadlock victim runs again in autocommit
--- mode.
+-- mode. A refused batch in the caller's transaction keeps the shared locks on the live keys of the elements before
+-- the bad one until that transaction ends.
 DROP PROCEDURE IF EXISTS queue_push_batch //
 CREATE PROCEDURE queue_push_batch(
     IN in_queue      LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,

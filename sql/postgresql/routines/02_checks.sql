@@ -191,6 +191,7 @@ AS $$
 DECLARE
     v_n      integer;
     v_bad    integer;
+    v_occurrence integer;
     v_prefix text := coalesce(in_extra_name || ', ', '');
 BEGIN
     IF (in_extra_name IS NOT NULL AND in_extra IS NULL)
@@ -216,25 +217,28 @@ BEGIN
     IF v_n = 0 THEN
         RETURN 0;
     END IF;
-    SELECT pg_catalog.min(b.ord) INTO v_bad
-      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_payloads),
-                      pg_catalog.unnest(in_run_ats),
+    -- one pass over the names (the payloads' NULLs found by array_position, in the array's null bitmap, and
+    -- the run_ats read only when given): the first bad element, and the first occurrence key
+    SELECT pg_catalog.min(b.ord) FILTER (WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128)
+                                         OR (b.g IS NOT NULL AND pyqueue__bad_name(b.g, 255))),
+           pg_catalog.min(b.ord) FILTER (WHERE pyqueue__occurrence_key(b.k))
+      INTO v_bad, v_occurrence
+      FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds),
                       pg_catalog.unnest(CASE WHEN in_extra_groups THEN in_extra END))
-           WITH ORDINALITY AS b (k, kd, pl, ra, g, ord)
-     WHERE pyqueue__bad_name(b.k, 255) OR pyqueue__bad_name(b.kd, 128) OR b.pl IS NULL
-        OR NOT pg_catalog.isfinite(coalesce(b.ra, in_now))
-        OR (b.g IS NOT NULL AND pyqueue__bad_name(b.g, 255));
+           WITH ORDINALITY AS b (k, kd, g, ord);
+    v_bad := least(v_bad, pg_catalog.array_position(in_payloads, NULL) - pg_catalog.array_lower(in_payloads, 1) + 1);
+    IF in_run_ats IS NOT NULL THEN
+        v_bad := least(v_bad, (SELECT pg_catalog.min(u.ord) FROM pg_catalog.unnest(in_run_ats) WITH ORDINALITY AS u (ra, ord)
+                                WHERE NOT pg_catalog.isfinite(coalesce(u.ra, in_now))));
+    END IF;
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind, %a NULL payload or an infinite run_at',
             v_bad, CASE WHEN in_extra_groups THEN 'an empty, too long or space-ended group, ' ELSE '' END
             USING ERRCODE = '22023';
     END IF;
-    SELECT pg_catalog.min(u.ord) INTO v_bad
-      FROM pg_catalog.unnest(in_keys) WITH ORDINALITY AS u (k, ord)
-     WHERE pyqueue__occurrence_key(u.k);
-    IF v_bad IS NOT NULL THEN
+    IF v_occurrence IS NOT NULL THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch: p_key ending in @<UTC time> is reserved for schedules',
-            v_bad
+            v_occurrence
             USING ERRCODE = '22023';
     END IF;
     RETURN v_n;
