@@ -8,9 +8,10 @@ CONSISTENT SNAPSHOT (MySQL/MariaDB) and keeps it --minutes. Method and table: be
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
+import json
 import multiprocessing as mp
+import os
 import statistics
 import time
 
@@ -64,10 +65,6 @@ SYSTEMS = {"pyqueue": _pyqueue, "plain": _plain, "pgmq": _pgmq}
 NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pgmq"}
 
 
-def _size(taken) -> int:
-    return len(taken[0]) if isinstance(taken, tuple) else len(taken)
-
-
 def _loop(name: str, dialect: str, dsn: str, stop, count, times) -> None:
     """One client: push, reserve (timed), settle until stop; the reserve times go to the parent
     every half second."""
@@ -79,7 +76,7 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times) -> None:
         taken = reserve()
         buf.append(time.perf_counter() - t)
         settle(taken)
-        count.value += _size(taken)
+        count.value += len(taken[0]) if isinstance(taken, tuple) else len(taken)
         if time.perf_counter() - sent >= 0.5:
             times.put((name, buf))
             sent, buf = time.perf_counter(), []
@@ -94,27 +91,16 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times) -> None:
 PROBE = {
     ("postgresql", "pyqueue"): f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', {BATCH})",
     ("postgresql", "pgmq"): f"SELECT * FROM pgmq.read('{QUEUE}', 300, {BATCH})",
-    (
-        "postgresql",
-        "plain",
-    ): f"SELECT id FROM job WHERE run_at <= now() ORDER BY run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED",  # noqa: E501
-    (
-        "mysql",
-        "pyqueue",
-    ): "SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx) WHERE m.queue_name = "
-    f"'{QUEUE}' AND m.priority = 0 AND m.scheduled_at <= UTC_TIMESTAMP(6) ORDER BY m.scheduled_at, m.id LIMIT {BATCH}",
-    (
-        "mysql",
-        "plain",
-    ): f"SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id LIMIT {BATCH}",
-}
+    ("postgresql", "plain"): f"SELECT id FROM job WHERE run_at <= now() ORDER BY run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED",
+    ("mysql", "pyqueue"): f"SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx) WHERE m.queue_name = '{QUEUE}' "
+                          f"AND m.priority = 0 AND m.scheduled_at <= UTC_TIMESTAMP(6) ORDER BY m.scheduled_at, m.id LIMIT {BATCH}",
+    ("mysql", "plain"): f"SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id LIMIT {BATCH}",
+}  # fmt: skip
 
 
 def _probe(conn, dialect: str, name: str):
     if dialect == "mysql":
-        plan = __import__("json").loads(
-            common.query(conn, "ANALYZE FORMAT=JSON " + PROBE[dialect, name])[0][0]
-        )
+        plan = json.loads(common.query(conn, "ANALYZE FORMAT=JSON " + PROBE[dialect, name])[0][0])
         return plan["query_block"]["nested_loop"][0]["table"].get("r_engine_stats", {}).get("pages_accessed")
     cur = conn.cursor()
     for attempt in range(20):  # a row the loop changed after the snapshot: 40001, again
@@ -137,20 +123,14 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
         HandRolled(dialect).setup(dsn)
     if "pgmq" in systems:
         common.install_pgmq(dsn, QUEUE)
-    common.execute(
-        dialect, dsn, "CREATE TABLE report (id int PRIMARY KEY)", "INSERT INTO report VALUES (1), (2)"
-    )
+    common.execute(dialect, dsn, "CREATE TABLE report (id int PRIMARY KEY)", "INSERT INTO report VALUES (1)")
 
 
 def _hold(dialect: str, dsn: str):
     """The report: a snapshot taken by a read of another table, kept open."""
     conn = common.raw_connect(dialect, dsn, autocommit=dialect != "postgresql")
-    start = (
-        "START TRANSACTION WITH CONSISTENT SNAPSHOT"
-        if dialect == "mysql"
-        else "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
-    )
-    common.query(conn, start)
+    start = {"mysql": "START TRANSACTION WITH CONSISTENT SNAPSHOT", "postgresql": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}  # fmt: skip
+    common.query(conn, start[dialect])
     common.query(conn, "SELECT count(*) FROM report")
     return conn
 
@@ -231,11 +211,7 @@ def run(args) -> dict:
 def summary(out: dict) -> str:
     res, systems, dialect = out["result"], out["systems"], out["dialect"]
     probe = "buffers" if dialect == "postgresql" else "pages"
-    head = [
-        "at",
-        HORIZON[dialect][0],
-        *(f"{NAMES[n]} {x}" for n in systems for x in ("msg/s", "ratio", "p50/p99 ms", probe)),
-    ]
+    head = ["at", HORIZON[dialect][0], *(f"{NAMES[n]} {x}" for n in systems for x in ("msg/s", "ratio", "p50/p99 ms", probe))]  # fmt: skip
     body = [
         (r["at"], f"{r['horizon']:,}", *(x for n in systems for x in (
             f"{r[n]['rate']:,.0f}", f"{r[n].get('ratio', 1.0):.2f}x", f"{r[n]['p50_ms']} / {r[n]['p99_ms']}",
@@ -266,7 +242,7 @@ def main(argv=None) -> int:
             "--before",
             60.0,
             "seconds of load before the hold, the baseline from 10 s (or a third) on (default 60)",
-        ),
+        ),  # fmt: skip
         ("--systems", "", "comma-separated, of: pyqueue, plain, pgmq (default: all the dialect has)"),
         ("--out", "bench/results", "where held-snapshot-<dialect>.md and .json go"),
     )
@@ -275,7 +251,7 @@ def main(argv=None) -> int:
     args.systems = common.names(args.systems, SYSTEMS, ap, "systems") or default
     common.exit_on_sigterm()
     out = {"started": common.now_utc(), "command": common.command(), "dialect": args.dialect,
-           "minutes": args.minutes, "systems": args.systems, "load": common.loadavg(), "cpus": __import__("os").cpu_count()}  # fmt: skip
+           "minutes": args.minutes, "systems": args.systems, "load": common.loadavg(), "cpus": os.cpu_count()}  # fmt: skip
     out["result"] = run(args)
     out["load_after"] = common.loadavg()
     common.write(args.out, f"held-snapshot-{args.dialect}", summary(out), out, tag="")
@@ -283,5 +259,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        raise SystemExit(main())
+    raise SystemExit(main())
