@@ -33,6 +33,8 @@ SUITES = {  # name: Suite(module, summary, what --quick stands for[, the options
         ("--ops", "3000", "--dialect", "postgresql")),
     "spark": Suite("spark_ingest", "bulk enqueue from Spark through queue_ingest against a plain JDBC append",
         ("--rows", "2000", "--dialect", "postgresql")),
+    "held-snapshot": Suite("held_snapshot", "a queue at full churn while another session holds a snapshot: msg/s, reserve time, the horizon, a minute at a time",
+        ("--minutes", "0.5", "--before", "15")),
     "batch-cost": Suite("batch_cost", "PostgreSQL: a batch push row's server CPU, the routine against pgmq and a scratch copy less each index",
         ("--quick",)),
     "worker-cpu": Suite("worker_cpu", "PostgreSQL: the threaded worker's own CPU and its sessions' per no-op job, with and without the tracing span",

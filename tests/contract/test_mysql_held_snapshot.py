@@ -1,0 +1,73 @@
+"""MariaDB: a reserve under a read view held open elsewhere (a report's consistent snapshot). Every
+message consumed since leaves delete-marked entries in pyqueue_message_ready_idx that purge may not
+remove: at the head of priority 0 (where it was pushed) and past now (its lease, deleted by the
+commit). InnoDB steps over delete-marked entries before it checks the end of a range, so a read that
+ends without a visible row walks all of them. The short batch reserve's probe for a priority below 0
+reads the index down from the start of priority 0 instead: one entry, however many lie behind it.
+Measured by the pages the statement accesses (ANALYZE FORMAT=JSON, r_engine_stats: MariaDB 10.9+),
+as the routine runs it (read out of sql/mysql/routines/05_reserve.sql, its variable inlined).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import pyqueue_sql
+from tests import plainsql
+
+pytestmark = pytest.mark.only_dialect("mysql")
+
+ROUTINES = Path(__file__).resolve().parents[2] / "sql" / "mysql" / "routines" / "05_reserve.sql"
+CHURNED = 2000
+
+
+def below_probe() -> str:
+    """pyqueue__claim_short_batch's probe for a message below priority 0, as the routine has it."""
+    body = (
+        ROUTINES.read_text().split("CREATE PROCEDURE pyqueue__claim_short_batch(", 1)[1].split("END //", 1)[0]
+    )
+    [probe] = re.findall(r"EXISTS \((SELECT 1 FROM pyqueue_message b .*?b\.priority < 0[^)]*)\)", body, re.S)
+    return " ".join(probe.split())
+
+
+def pages(conn, sql: str) -> int | None:
+    """The pages of pyqueue_message's indexes the statement accessed (None: no r_engine_stats)."""
+    [(plan,)] = plainsql.run(conn, "ANALYZE FORMAT=JSON " + sql)
+    table = json.loads(plan)["query_block"]["nested_loop"][0]["table"]
+    stats = table.get("r_engine_stats")
+    return None if stats is None else int(stats.get("pages_accessed", 0))
+
+
+def test_the_probe_below_priority_0_reads_one_entry_behind_a_held_snapshots_dead_entries(installed_database):
+    dsn = installed_database("heldprobe")
+    report, probe = plainsql.Session(dsn), plainsql.Session(dsn)
+    [(version,)] = plainsql.run(probe.conn, "SELECT VERSION()")
+    if (
+        "mariadb" not in version.lower()
+        or pages(probe.conn, "SELECT 1 FROM pyqueue_message m LIMIT 1") is None
+    ):
+        pytest.skip("ANALYZE's r_engine_stats: MariaDB 10.9 or later")
+    with pyqueue_sql.connect(dsn) as db:
+        queue = db.queue("held.probe").create(visibility_timeout=300)
+        try:
+            report.sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            report.sql("SELECT count(*) FROM pyqueue_queue")
+            for i in range(0, CHURNED, 50):
+                queue.push_many([(f"k{j}", "job", {}) for j in range(i, i + 50)])
+                assert len(batch := queue.reserve(n=50)) == 50
+                assert queue.commit_many(batch) == 50
+            sql = below_probe().replace("in_queue", "'held.probe'")
+            assert "ORDER BY b.priority DESC LIMIT 1" in sql  # down from the start of priority 0
+            read = pages(probe.conn, sql)
+            # the same probe read up from the queue's start: over every entry the churn left
+            upward = pages(probe.conn, sql.replace(" ORDER BY b.priority DESC LIMIT 1", ""))
+            assert read <= 3, read
+            assert upward >= 5 * max(read, 1) and upward >= 10, (read, upward)
+        finally:
+            report.sql("ROLLBACK")
+            report.close()
+            probe.close()
