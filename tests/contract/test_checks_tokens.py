@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from .lock_sessions import Session, unique
+from .lock_sessions import Session, call_that_waits, unique
 
 
 @pytest.fixture
@@ -89,3 +89,35 @@ def test_releasing_dead_workers_with_an_old_snapshot_leaves_a_live_reservation_a
         assert dialect == "postgresql" and getattr(exc, "sqlstate", None) == "40001", exc
     assert live.keys(q) == {"m": "reserved"}
     assert live.one("queue_commit", q, key, kind, token)
+
+
+@pytest.mark.parametrize("routine", ["queue_commit", "queue_move"])
+def test_an_occurrence_taken_over_while_its_old_holder_settles_it_pushes_no_next_one(sessions, routine):
+    """A schedule's occurrence whose reservation expired: a reserver takes it over (its transaction
+    still open, holding the row) while the old holder commits or moves it. The holder's call waits,
+    then finds its token gone: false, and it pushes no next occurrence (the schedule is unchanged,
+    docs/contract/17_schedules.md: a stale call pushes nothing; the occurrence is still the pending
+    one). The taker's commit then pushes the next one. (MySQL/MariaDB read the message without a
+    lock, pushed the next occurrence and only then found the token gone at their write.)"""
+    admin, taker, holder = sessions(3)
+    q, to = unique("occ"), unique("occto")
+    admin.create(q)
+    admin.create(to)
+    admin.call("queue_schedule_every", q, "tick", "k", "{}", admin.dur(1), casts=("", "", "", "::jsonb", ""))
+    deadline = time.monotonic() + 5
+    while not (got := admin.reserve(q, timeout=0.2)):  # the first occurrence, due within a second
+        assert time.monotonic() < deadline, "the occurrence never came due"
+        time.sleep(0.1)
+    ((key, kind, stale),) = got
+    time.sleep(0.4)  # its reservation expires
+    taker.begin()
+    ((key2, _, token),) = taker.reserve(q, timeout=600)
+    assert key2 == key
+    args = (q, key, kind, stale) + ((to, None) if routine == "queue_move" else ())
+    call = call_that_waits(admin, holder, holder.one, routine, *args)
+    taker.commit()
+    assert not call.join()
+    assert holder.keys(q) == {key: "reserved"}, "the stale call pushed the next occurrence"
+    assert holder.keys(to) == {}
+    assert holder.one("queue_commit", q, key, kind, token)
+    assert [k for k in holder.keys(q) if k.startswith("tick@")] != [], "the chain ended"

@@ -432,8 +432,12 @@ body: BEGIN
                 IF v_history THEN
                     CALL pyqueue__archive(v_queue, v_id, v_held, 'committed', NULL, UTC_TIMESTAMP(6), v_hist);
                 END IF;
-                IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence
-                    CALL pyqueue__schedule_next(v_queue, v_key, v_kind);
+                IF v_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring message's occurrence: its next one
+                    -- only while the token holds it, read under the message's lock (a reserver that took an expired
+                    -- reservation over since the read above made this call stale: it pushes nothing)
+                    SELECT COUNT(*) INTO v_found FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = v_id AND m.reserve_token = v_held FOR UPDATE;
+                    IF v_found = 1 THEN CALL pyqueue__schedule_next(v_queue, v_key, v_kind); END IF;
                 END IF;
                 DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
                 SET v_done = ROW_COUNT();
@@ -590,10 +594,12 @@ END //
 -- holds. ONE UPDATE of queue_name (payload, schedule, reservation) by id and token; on a duplicate key (1062) one
 -- DELETE by id and token instead. A grouped message keeps its group into its own queue; moved away it leaves its
 -- group (pyqueue__group_leave). A schedule's pending occurrence moved (anywhere, its own queue included) makes way for
--- the next occurrence as a commit does (pyqueue__schedule_next before the UPDATE, as queue_commit before its DELETE):
--- the schedule goes on.
+-- the next occurrence as a commit does (pyqueue__schedule_next before the UPDATE, as queue_commit before its DELETE,
+-- while a locking read finds the token holding it; in autocommit mode in a transaction of the call's own): the
+-- schedule goes on.
 -- Locks: the message row and a shared lock on the target queue row, for one statement; for a grouped message moved
--- away, the group row first, until the transaction ends; the schedule row of an occurrence, for one statement.
+-- away, the group row first, until the transaction ends; for an occurrence, the message row, then the schedule row,
+-- until the transaction ends.
 DROP PROCEDURE IF EXISTS queue_move //
 CREATE PROCEDURE queue_move(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -613,7 +619,9 @@ BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_found INT DEFAULT 1;
     DECLARE v_id, v_hist BIGINT;
-    DECLARE v_duplicate, v_done, v_own, v_deps INT DEFAULT 0;
+    DECLARE v_duplicate, v_done, v_own, v_deps, v_tries, v_txn INT DEFAULT 0;
+    DECLARE v_retry INT;
+    DECLARE v_occ BOOLEAN;
     CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
@@ -637,34 +645,53 @@ BEGIN
         CALL pyqueue__group_leave('move', v_queue, v_group, v_id, v_key, v_kind, v_held, v_to_queue, in_payload,
                                   v_now, v_own, v_done);
     ELSEIF v_found = 1 THEN
-        CALL pyqueue__archive(v_queue, v_id, v_held, 'moved', v_to_queue, v_now, v_hist);
-        IF v_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(v_queue, v_key, v_kind); END IF;
-        BEGIN
-            DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
-            UPDATE pyqueue_message
-               SET attempts = IF(v_to_queue = v_queue, attempts, 0),
-                   dead_from = IF(v_to_queue = v_queue, dead_from, NULL),
-                   dead_attempts = IF(v_to_queue = v_queue, dead_attempts, NULL),
-                   progress = IF(v_to_queue = v_queue, progress, NULL),
-                   cancel_requested_at = IF(v_to_queue = v_queue, cancel_requested_at, NULL),
-                   queue_name = v_to_queue,
-                   payload = COALESCE(in_payload, payload),
-                   scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
-                   reserved_by = NULL, reserve_token = NULL
-             WHERE id = v_id AND reserve_token = v_held;
-            SET v_done = ROW_COUNT();  -- replaced below when the handler fired
-        END;
-        IF v_duplicate = 1 THEN
-            DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
-            SET v_done = ROW_COUNT();
-        END IF;
-        CALL pyqueue__unarchive(v_hist, v_done);
-        IF v_done = 1 AND v_to_queue <> v_queue THEN  -- moved on: it succeeded here, for the messages that wait for it
-            SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
-             WHERE d.queue_name = v_queue AND d.p_key = v_key AND d.p_kind = v_kind
-              LOCK IN SHARE MODE;  -- the latest rows, whatever the snapshot; finds nothing for a message without parents or children
-            IF v_deps > 0 THEN CALL pyqueue__deps_left(v_queue, v_key, v_kind, TRUE, NULL); END IF;
-        END IF;
+        -- a schedule's pending occurrence: in autocommit mode one transaction of the call's own (the archiving, the
+        -- next occurrence and the move stand or fall together, run again whole when it deadlocks), and the next
+        -- occurrence only while the token holds it, read under the message's lock (a reserver that took an expired
+        -- reservation over since the read above made this call stale: it pushes nothing)
+        SET v_occ = v_key LIKE '%@____-__-__T__:__:__Z';
+        IF v_occ THEN CALL pyqueue__own_transaction(TRUE, v_own); END IF;
+        REPEAT
+            SET v_retry = 0, v_tries = v_tries + 1, v_duplicate = 0, v_hist = NULL;
+            BEGIN
+                DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+                DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; SET v_txn = 0; END IF; RESIGNAL; END;
+                IF v_own = 1 THEN START TRANSACTION; SET v_txn = 1; END IF;
+                CALL pyqueue__archive(v_queue, v_id, v_held, 'moved', v_to_queue, v_now, v_hist);
+                IF v_occ THEN
+                    SELECT COUNT(*) INTO v_found FROM pyqueue_message m FORCE INDEX (PRIMARY)
+                     WHERE m.id = v_id AND m.reserve_token = v_held FOR UPDATE;
+                    IF v_found = 1 THEN CALL pyqueue__schedule_next(v_queue, v_key, v_kind); END IF;
+                END IF;
+                BEGIN
+                    DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
+                    UPDATE pyqueue_message
+                       SET attempts = IF(v_to_queue = v_queue, attempts, 0),
+                           dead_from = IF(v_to_queue = v_queue, dead_from, NULL),
+                           dead_attempts = IF(v_to_queue = v_queue, dead_attempts, NULL),
+                           progress = IF(v_to_queue = v_queue, progress, NULL),
+                           cancel_requested_at = IF(v_to_queue = v_queue, cancel_requested_at, NULL),
+                           queue_name = v_to_queue,
+                           payload = COALESCE(in_payload, payload),
+                           scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
+                           reserved_by = NULL, reserve_token = NULL
+                     WHERE id = v_id AND reserve_token = v_held;
+                    SET v_done = ROW_COUNT();  -- replaced below when the handler fired
+                END;
+                IF v_duplicate = 1 THEN
+                    DELETE FROM pyqueue_message WHERE id = v_id AND reserve_token = v_held;
+                    SET v_done = ROW_COUNT();
+                END IF;
+                CALL pyqueue__unarchive(v_hist, v_done);
+                IF v_done = 1 AND v_to_queue <> v_queue THEN  -- moved on: it succeeded here, for the messages that wait
+                    SELECT COUNT(*) INTO v_deps FROM pyqueue_dependency d
+                     WHERE d.queue_name = v_queue AND d.p_key = v_key AND d.p_kind = v_kind
+                      LOCK IN SHARE MODE;  -- the latest rows, whatever the snapshot; finds nothing for a message without parents or children
+                    IF v_deps > 0 THEN CALL pyqueue__deps_left(v_queue, v_key, v_kind, TRUE, NULL); END IF;
+                END IF;
+                IF v_txn = 1 THEN COMMIT; SET v_txn = 0; END IF;
+            END;
+        UNTIL v_retry = 0 END REPEAT;
     END IF;
     SELECT v_done AS moved;
 END //

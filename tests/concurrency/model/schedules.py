@@ -7,7 +7,10 @@ occurrence dead-lettered, removed or moved ended the chain); the retried occurre
 its own key, and its later end pushes nothing.
 
 Occurrence times are real (the schedule's next_at is not moved by the model's clock): occurrence i
-falls at next_at0 + i steps; pushed at model time t, it is due at t + (its time - now) in ticks.
+falls at next_at0 + i steps; pushed at model time t, it is due at t + (its time - the real time
+the grids were chosen at) in ticks (the model's other messages are due at whole and half ticks
+however many seconds of real time the example has taken, so the occurrences are reckoned from a
+fixed real time too: two occurrences of one time are equal).
 The grids are chosen from the real time the example first schedules, so that the first occurrence
 falls 0.15 to 0.35 of a tick after now: never near the whole and half ticks at which the model's
 other messages fall due, whatever the wall-clock minute (the model is deterministic). cron:
@@ -74,10 +77,14 @@ class ScheduleRules:
         return dt.datetime.fromtimestamp((now // every + 1) * every, dt.timezone.utc)
 
     def occurrence(self, s: Schedule) -> None:
-        """Pushes (in the model) the occurrence at s.next_at."""
-        now = dt.datetime.now(dt.timezone.utc)
+        """Pushes (in the model) the occurrence at s.next_at. Its due time is reckoned from the real
+        time the grids were chosen at, not from the moment of the push: two occurrences of the same
+        time (two schedules on one grid) are one time in the database, so they are equal in the
+        model too (either may come first), where the moments of their pushes would have made the
+        later push's occurrence a hair earlier."""
+        _, _, anchor = self.grids()
         kk = (occurrence_key(s.key, s.next_at), s.kind)
-        due = self.t + (s.next_at - now).total_seconds() / TICK_S
+        due = self.t + (s.next_at.timestamp() - anchor) / TICK_S
         s.pending = kk
         if kk not in self.msgs:
             self.msgs[kk] = Msg(kk[0], kk[1], s.pid, 0, 0, due, None, None, False, due)

@@ -190,15 +190,32 @@ class SettleRules:
     @rule(conn=consumers, i=handle_index, n=st.integers(1, 3), lease=leases)
     @covers("queue_commit_reserve")
     def commit_reserve(self, conn, i, n, lease):
-        """Commits a reservation (or none) and reserves the next n in the same call."""
+        """Commits a reservation (or none) and reserves the next n in the same call: the commit first
+        where the dialect puts it first (see commit_comes_first), so that what it makes ready (a
+        waiting child, a group's next message) is the reserve's to take; else after the reserve."""
         r = self.pick(i) if self.handles and i % 4 else None
         m = self.holds(r) if r is not None else None
         if self.paused:
             return
         self.promoted = set()
+        first = m is not None and self.commit_comes_first(conn, m, n)
         committed, got = self.q(conn).commit_reserve(r, n, worker=conn, timeout=ticks(lease))
         assert committed == (None if r is None else m is not None), ("commit_reserve", committed, m)
-        if m is not None:
+        if first:
             self.finish(m.kk, "succeeded")
         ready = self.ready()
         self.check_reserve(ready, got, n, lease)
+        if m is not None and not first:
+            self.finish(m.kk, "succeeded")
+
+    def commit_comes_first(self, conn, m, n) -> bool:
+        """Whether queue_commit_reserve commits the held message m before its reserve of n
+        (docs/contract/09_fast_paths.md): always on PostgreSQL; on MySQL/MariaDB for a grouped
+        message, for an expired reservation, and on MariaDB in autocommit mode for one message
+        (n = 1) from a queue without limits where no message lies above priority 0 (the short
+        way, in the call's own transaction); otherwise MySQL reserves first and commits after."""
+        if self.dialect == "postgresql" or m.group is not None or m.due <= self.t:
+            return True
+        connection = self.conns[conn].connection
+        own = bool(connection.get_autocommit()) and "MariaDB" in str(connection.get_server_info())
+        return own and n == 1 and not any(x.priority > 0 for x in self.msgs.values())
