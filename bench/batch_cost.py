@@ -371,14 +371,8 @@ def summarize_drain(results: list[dict], meta: dict) -> list[str]:
         "## Drain: a row taken (100 a call) and acknowledged",
         "",
         f"The same {meta['rounds']} round(s), each variant filled with {meta['calls']} x {meta['batch']} rows "
-        "(untimed, by its own batch push), then drained by calls of 100 until none is left; server CPU of "
-        "the session that drained (the bare statements have their own, with the plans by index the "
-        "routines set), per row; client CPU: this process's in the calls (the routine's: the pyqueue "
-        "client decoding the reservations and sending the acknowledgement; pgmq's: psycopg reading each "
-        "message's id and payload). `x pgmq`: the server CPU a row against pgmq's. The bare rows are the "
-        "least a reserve and a commit of this table must do: an UPDATE of the first 100 ready rows of the "
-        "ready index (FOR UPDATE SKIP LOCKED) writing what a reservation writes (scheduled_at, attempts, "
-        "reserved_by, a fresh token), then a DELETE by key and token.",
+        "(untimed), then drained 100 a call; server CPU of the draining session, client CPU of this process, "
+        "per row; `x pgmq`: the server CPU a row against pgmq's. Method: bench/README.md, Batch cost.",
         "",
         *_table(results, pgmq, "x pgmq", x_pgmq),
     ]
@@ -397,17 +391,10 @@ def summarize(results: list[dict], meta: dict) -> str:
         f"Command: `{meta['command']}`; {meta['started']}, {meta['server']}, {meta['rounds']} round(s) of "
         f"{meta['calls']} calls of {meta['batch']} rows per variant on one connection, rounds interleaved, "
         f"the variants' order rotating; load average {meta['load_before']} before, {meta['load_after']} after. "
-        "Server CPU: the connection's server process (/proc, 10 ms ticks), per row, median over the rounds "
-        "(min-max); client CPU: this process's in the calls (the routine's: the pyqueue client's "
-        "`push_many`; the others: psycopg, the payloads' JSON encoding included), per row; wall: the "
-        "client's clock per row (round trips included). Keys random (uuid4 hex), drawn before the clock "
-        "starts. The routine runs on the client's own connection. Every table churns: "
-        "its rows deleted after each round, never vacuumed, analyzed or truncated "
-        f"(autovacuum = {meta['autovacuum']}). The scratch copies are `LIKE pyqueue_message INCLUDING ALL` "
-        "less what the variant names, filled by a plain `INSERT ... SELECT FROM unnest` of the "
-        "routine's columns; `vs every index`: the copy's server CPU minus that of the copy with every "
-        "index (what the difference costs a row). pg_notify: one call per batch, so its figure is a "
-        "hundredth of a call. Method: bench/README.md, Batch cost.",
+        "Per row, median over the rounds (min-max): server CPU of the connection's server process (/proc, "
+        "10 ms ticks), client CPU of this process, wall. Every table churns, never vacuumed (autovacuum = "
+        f"{meta['autovacuum']}); `vs every index`: a copy's server CPU less the copy's with every index; "
+        "pg_notify: once a call (a hundredth of a call a row). Method: bench/README.md, Batch cost.",
         "",
         *_table(results, "copy: every index", "vs every index", copies),
     ]
@@ -570,12 +557,7 @@ def summarize_mysql(results: list[dict], meta: dict) -> str:
             "connection's server thread (`information_schema.PROCESSLIST.TID`, `/proc/<server>/task/<tid>`, "
             "10 ms ticks), per row, median over the rounds (min-max); `plain / this`: the plain job table's "
             "server CPU a row over this variant's (the bulk target's ratio, >= 0.5 for `push_many`); client CPU: "
-            "this process's in the calls; wall: the client's clock. Keys random (uuid4 hex). The routine runs "
-            "through the client on its own connection; the plain job table is the routines suite's hand-rolled "
-            "queue's (id, a unique key, JSON payload, a ready index); the copies are `CREATE TABLE ... LIKE "
-            "pyqueue_message` less what the variant names, filled by a multi-row `INSERT` of the routine's "
-            "columns; the ingest path is Spark's (`queue_ingest` rows, then the flush, into a queue of its own). "
-            "Every table churns: its rows deleted after each round. Method: bench/README.md, Batch cost.",
+            "this process's; wall: the client's clock. Method: bench/README.md, Batch cost.",
             "",
             *_table(results, plain, "plain / this", plain_over),
         ]
@@ -604,10 +586,8 @@ def summarize_bulk(results: list[dict], meta: dict, peer: str, bare: str) -> str
         f"Command: `{meta['command']}`; {meta['started']}, load average {meta['load_before']} before, "
         f"{meta['load_after']} after; one connection a variant, {meta['rounds']} timed rounds after an untimed "
         "one (the churn: every table emptied by DELETE after each round, never vacuumed), the variants' order "
-        "rotating, sizes interleaved; random keys. Medians (min-max) over the rounds; `x`: per-round ratios, "
-        "rows/s this / base, server CPU base / this (above 1: better). Server CPU: the connection's server "
-        "process or thread (/proc, 10 ms ticks); client: this process's CPU in the calls (JSON encoding "
-        "included). Method: bench/README.md, Batch cost.", "",
+        "rotating, sizes interleaved. Medians (min-max) over the rounds; `x`: per-round ratios, rows/s this / "
+        "base, server CPU base / this (above 1: better). Method: bench/README.md, Batch cost.", "",
         *common.table(header, rows, "llrrrrrrr"), ""])  # fmt: skip
 
 

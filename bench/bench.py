@@ -187,9 +187,7 @@ class PyQueueCommitReserve(PyQueue):
         return done
 
 
-class _Async:
-    """Runs an async API from the synchronous client loop, one event loop per client process."""
-
+class _Async:  # an async API run from the synchronous client loop, an event loop per client process
     def run(self, coro):
         return self.loop.run_until_complete(coro)
 
@@ -197,9 +195,7 @@ class _Async:
         return self.run(value) if inspect.isawaitable(value) else value
 
 
-class _Awaited:
-    """An async object whose coroutine methods are called as plain ones, each run to its end."""
-
+class _Awaited:  # an async object whose coroutine methods are called as plain ones, each run to its end
     def __init__(self, target, run):
         self._target, self._run = target, run
 
@@ -209,8 +205,7 @@ class _Awaited:
 
 
 class PyQueueAsync(_Async, PyQueue):
-    """pyqueue-sql's async client (pyqueue_sql.aio.AsyncQueue: Queue's methods as coroutines, each
-    run to its end on the client process's loop), with PyQueue's calls."""
+    """pyqueue-sql's async client (pyqueue_sql.aio), with PyQueue's calls, on the process's loop."""
 
     name = "pyqueue async"
     calls = {w: c + ", async client" for w, c in PyQueue.calls.items()}
@@ -248,8 +243,7 @@ FUNCTIONS = "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_fun
 
 
 def profile_lines(dsn: str, before: dict) -> tuple[dict, list[str]]:
-    """(the database's routines' (calls, total ms, own ms) so far, the lines of what each did since
-    before: calls and µs per call, most own time first)."""
+    """(each routine's (calls, total ms, own ms) so far, the lines of calls and µs a call since before)."""
     after = {name: (c, t, o) for name, c, t, o in common.execute("postgresql", dsn, FUNCTIONS)}
     lines = []
     for name in sorted(after, key=lambda n: -(after[n][2] - before.get(n, (0, 0, 0))[2])):
@@ -393,9 +387,8 @@ class HandRolled(System):
 
 
 class Naive(HandRolled):
-    """The select-then-update design: the same table and calls without SKIP LOCKED, so that
-    every consumer waits for the one holding the oldest rows. Its pushes are the same
-    statements as the SKIP LOCKED queue's, so only its consuming workloads are measured."""
+    """The select-then-update design: the same table and calls without SKIP LOCKED (every consumer
+    waits for the one holding the oldest rows); its pushes are the SKIP LOCKED queue's: not measured."""
 
     name = "naive (FOR UPDATE)"
     lock = "FOR UPDATE"
@@ -569,9 +562,8 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
 
 
 STATES = ("fresh", "churned")
-STATES_HELP = """comma-separated: fresh (emptied and VACUUM ANALYZE before each measurement: bench.md),
-churned (drained, pushed and drained again, nothing vacuumed: bench-churned.md); default both (ab,
-profile: fresh)"""
+STATES_HELP = """comma-separated: fresh (emptied, VACUUM ANALYZE: bench.md), churned (drained, pushed
+and drained again, nothing vacuumed: bench-churned.md); default both (ab, profile: fresh)"""
 
 
 def churn(system_cls, dialect: str, dsn: str, n: int) -> int:
@@ -775,6 +767,11 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     results: list[dict] = []
     pids: dict[str, int | None] = {}  # the server's process, where it runs on this machine
     t0 = time.time()
+
+    def skip(dialect: str, sname: str, why: str) -> None:
+        meta["skipped"][(dialect, sname)] = why
+        print(f"[skip] {dialect} {sname}: {why}", flush=True)
+
     for dialect in args.dialects:
         dsns: dict[str, str] = {}
         wanted = args.systems or DEFAULT_SYSTEMS[dialect]
@@ -783,16 +780,13 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                 cls = SYSTEMS[sname]
                 if dialect not in cls.dialects:
                     continue
-                why = cls.unavailable()
-                if why:
-                    meta["skipped"][(dialect, sname)] = why
-                    print(f"[skip] {dialect} {sname}: {why}", flush=True)
+                if why := cls.unavailable():
+                    skip(dialect, sname, why)
                     continue
                 try:
                     dsn = common.create(dialect, sname.split(" ")[0].lower())
                 except Exception as exc:  # the dialect's server is not there
-                    meta["skipped"][(dialect, "*")] = f"cannot create a database: {exc}"
-                    print(f"[skip] {dialect}: {exc}", flush=True)
+                    skip(dialect, "*", f"cannot create a database: {exc}")
                     break
                 if args.profile:
                     sql = f"ALTER DATABASE \"{dsn.rsplit('/', 1)[1]}\" SET track_functions = 'all'"
@@ -803,8 +797,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                         cls(dialect).reset(dsn)  # once: from here on only churned
                 except Exception as exc:  # e.g. a peer's installer that does not work on this server
                     common.drop(dialect, dsn)
-                    meta["skipped"][(dialect, sname)] = f"setup failed: {type(exc).__name__}: {exc}"
-                    print(f"[skip] {dialect} {sname}: setup failed: {exc}", flush=True)
+                    skip(dialect, sname, f"setup failed: {type(exc).__name__}: {exc}")
                     continue
                 dsns[sname] = dsn
                 meta["servers"].setdefault(dialect, common.settings(dialect, dsn, *SETTINGS[dialect].split()))

@@ -298,9 +298,8 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
                 for field in COLUMNS:
                     got = [r[field] for r in ok if r.get(field) is not None]
                     f = ".2f" if field.endswith("_s") else ",.0f"
-                    spread = (
-                        f" ({min(got):{f}}-{max(got):{f}})" if len(got) > 1 and field in COLUMNS[3:] else ""
-                    )
+                    wide = len(got) > 1 and field in COLUMNS[3:]
+                    spread = f" ({min(got):{f}}-{max(got):{f}})" if wide else ""
                     row.append(f"{statistics.median(got):{f}}{spread}" if got else "")
             rows.append(row)
         lines += [*common.table(header, rows), ""]
@@ -337,19 +336,13 @@ def main() -> None:
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
         ("--name", None, "the results' file name (default burndown, burndown-tasks, burndown-variants)"),
         ("--tasks", False, "`pyqueue-sql worker`: a plain handler against the same no-op job as a task"),
-        (
-            "--batch",
-            0,
-            "`pyqueue-sql worker`: an @app.task against the same no-op job as a batch task of this size",
-        ),
+        ("--batch", 0, "`pyqueue-sql worker`: an @app.task against the same job as a batch task of N"),
     )
     ap.add_argument("--variant", action="append", help="pyqueue-sql's worker: threads|asyncio[:a=b,...]")
     args = ap.parse_args()
     BATCH[0] = args.batch or BATCH[0]
     if args.tasks or args.batch:
-        args.systems = args.systems or (
-            "pyqueue-tasks,pyqueue-batch" if args.batch else "pyqueue-cli,pyqueue-tasks"
-        )
+        args.systems = args.systems or f"pyqueue-tasks,pyqueue-{'batch' if args.batch else 'cli'}"
         args.workloads = args.workloads if "--workloads" in sys.argv else "noop"
     common.exit_on_sigterm()
     if args.quick:
@@ -375,12 +368,9 @@ def main() -> None:
     peerless = [d for d in dialects if not any(s.peer for s in systems if s.dialect == d)]
     meta["baseline"] = {d: firsts[d] if d in peerless else None for d in dialects}
     results: list[dict] = []
-    out = args.out or os.path.join(
-        HERE, "results" if args.quick or args.tasks or args.batch or args.variant else "latest"
-    )
-    name = args.name or "burndown" + (
-        "-tasks" if args.tasks else "-batch" if args.batch else "-variants" if args.variant else ""
-    )
+    mode = "-tasks" if args.tasks else "-batch" if args.batch else "-variants" if args.variant else ""
+    out = args.out or os.path.join(HERE, "results" if args.quick or mode else "latest")
+    name = args.name or "burndown" + mode
 
     def write(rounds_done: int, tag: str | None = None) -> None:
         """Rewrites the summary after each round: a run cut short keeps what it measured."""

@@ -40,8 +40,7 @@ def create(dialect: str, tag: str) -> str:
 
 @contextlib.contextmanager
 def database(dialect: str, tag: str, queue: str | None = None, install: bool = True, **options):
-    """A fresh database for the with block (create), pyqueue-sql installed in it with the queue
-    (install_pyqueue) unless install is False; dropped after, however the block ends."""
+    """A fresh database for the with block, pyqueue-sql and the queue in it unless not install; dropped after."""
     dsn = create(dialect, tag)
     try:
         if install:
@@ -69,8 +68,7 @@ def drop(dialect: str, dsn: str) -> None:
 
 
 def command() -> str:
-    """The command line of this run as typed at the one entry (python -m bench SUITE ...), for the
-    reports (runpy puts the module's path in sys.argv[0] while a suite runs)."""
+    """This run's command line as typed (python -m bench SUITE ...; runpy puts a path in sys.argv[0])."""
     return os.environ.get("BENCH_COMMAND") or " ".join(sys.argv)
 
 
@@ -113,8 +111,7 @@ def settings(dialect: str, dsn: str, *names: str) -> dict[str, str]:
 
 
 def install_pyqueue(dsn: str, queue: str | None = None, **options) -> None:
-    """pyqueue-sql's schema (`pyqueue-sql migrate`), the queue created with options; the migrator (alembic,
-    SQLAlchemy: ~0.5 s of CPU) imported here, not by the workers that import this module."""
+    """`pyqueue-sql migrate` and the queue (the migrator imported here: ~0.5 s of CPU the workers skip)."""
     importlib.import_module("pyqueue_sql.migrate").upgrade(dsn)
     if queue:
         with pyqueue_sql.connect(dsn) as db:
@@ -130,9 +127,8 @@ def install_pgmq(dsn: str, queue: str) -> None:
 
 
 def install_commit(dialect: str, dsn: str, commit: str) -> None:
-    """Installs the schema and routines of a git commit (its sql/<dialect>/schema.sql and
-    routines/) with the server's own client, psql or mariadb/mysql, as `pyqueue-sql sql`
-    output is installed: a change to the baseline measured against the baseline before it."""
+    """Installs a git commit's sql/<dialect>/schema.sql and routines/ with the server's own client (psql,
+    mariadb/mysql), as `pyqueue-sql sql` output is installed: an A/B against an earlier sql/."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     folder = "postgresql" if dialect == "postgresql" else "mysql"
 
@@ -184,8 +180,8 @@ def process_cpu(pid: int | None, tid: int | None = None) -> float | None:
 
 
 def sessions_cpu(cur, strict: bool = False) -> dict[int, float] | None:
-    """PostgreSQL: the CPU seconds of each server process (backend) connected to the cursor's
-    database other than its own, those that can be read (strict: None unless every one can)."""
+    """PostgreSQL: the CPU seconds of each other backend in the cursor's database that can be read
+    (strict: None unless every one can)."""
     cur.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
     )
@@ -209,8 +205,7 @@ def _proc_name(pid: int) -> str:
 
 
 def server_pid(dialect: str, dsn: str) -> int | None:
-    """The server's process on this machine (PostgreSQL: the postmaster), or None when it is not
-    here (another machine, a container) or cannot be told."""
+    """The server's process on this machine (PostgreSQL: the postmaster), or None (elsewhere, unknown)."""
     try:
         with contextlib.closing(raw_connect(dialect, dsn)) as conn:
             if dialect == "postgresql":
@@ -225,10 +220,8 @@ def server_pid(dialect: str, dsn: str) -> int | None:
 
 
 def server_cpu(dialect: str, pid: int | None) -> float | None:
-    """Seconds of CPU the server has used so far, or None. PostgreSQL: the postmaster, its live
-    children and the children it has reaped; MariaDB/MySQL: the server process. It counts whatever
-    else the server did meanwhile (autovacuum, purge, other sessions), in ticks of 10 ms: measure
-    on a quiet machine."""
+    """Seconds of CPU the server has used so far (PostgreSQL: the postmaster, its live and reaped children),
+    or None; whatever else it did counts too (autovacuum, purge), in 10 ms ticks: a quiet machine."""
     own = _stat(pid) if pid is not None else None
     if own is None:
         return None
@@ -285,9 +278,8 @@ def rotated(items, k: int) -> list:
 
 
 def parser(doc: str, *options: tuple) -> argparse.ArgumentParser:
-    """A suite's command line: its docstring, then one (flags, default, help) a option, the type
-    the default's (False: a switch; None: a string; 0 or 0.0 for "the suite's own default"; a
-    tuple: the choices, the first the default)."""
+    """A suite's command line: its docstring, then (flags, default, help) an option, of the default's type
+    (False: a switch; None: a string; 0 or 0.0: the suite's own default; a tuple: the choices)."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     for flags, default, text in options:
         if default is False:

@@ -66,8 +66,7 @@ NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pg
 
 
 def _loop(name: str, dialect: str, dsn: str, stop, count, times) -> None:
-    """One client: push, reserve (timed), settle until stop; the reserve times go to the parent
-    every half second."""
+    """One client: push, reserve (timed), settle until stop; the times sent every half second."""
     push, reserve, settle = SYSTEMS[name](dialect, dsn)
     sent, buf = time.perf_counter(), []
     while not stop.is_set():
@@ -82,12 +81,9 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times) -> None:
             sent, buf = time.perf_counter(), []
 
 
-# What a read of each system costs, whatever the machine's load. PostgreSQL: the shared buffers one
-# reserve touches (EXPLAIN ANALYZE BUFFERS in a REPEATABLE READ transaction rolled back, where
-# pyqueue-sql's reserve reads from its bound without moving it). MySQL/MariaDB: the pages a read of
-# the first 50 ready entries from the start of the ready range accesses (ANALYZE FORMAT=JSON,
-# r_engine_stats): the delete-marked entries a scan from the start steps over (a CALL has no
-# ANALYZE; the reserve's own cost is its time).
+# What a read costs, whatever the load. PostgreSQL: the buffers one reserve touches (EXPLAIN ANALYZE
+# BUFFERS, REPEATABLE READ, rolled back). MySQL/MariaDB (a CALL has no ANALYZE): the pages a read of
+# the first 50 ready entries accesses (ANALYZE FORMAT=JSON), the delete-marked ones it steps over.
 PROBE = {
     ("postgresql", "pyqueue"): f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', {BATCH})",
     ("postgresql", "pgmq"): f"SELECT * FROM pgmq.read('{QUEUE}', 300, {BATCH})",
@@ -238,11 +234,7 @@ def main(argv=None) -> int:
         __doc__,
         ("--dialect", ("postgresql", "mysql"), "the server"),
         ("--minutes", 10.0, "how long the snapshot is held (default 10)"),
-        (
-            "--before",
-            60.0,
-            "seconds of load before the hold, the baseline from 10 s (or a third) on (default 60)",
-        ),  # fmt: skip
+        ("--before", 60.0, "seconds of load before the hold, the baseline from 10 s (or a third) on"),
         ("--systems", "", "comma-separated, of: pyqueue, plain, pgmq (default: all the dialect has)"),
         ("--out", "bench/results", "where held-snapshot-<dialect>.md and .json go"),
     )

@@ -407,9 +407,8 @@ def send(p, sig) -> None:
 
 
 def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> collections.Counter:
-    """Faults until the budget of operations is spent: one after 0.5 to 2 s and 10 to 30 operations
-    (on a slow machine as many a call as on a fast one), of a kind chosen at random; a restart every
-    --restart-every s on a server of the suite's own."""
+    """Faults until the budget is spent: one a 0.5 to 2 s and 10 to 30 operations, the kind at random;
+    a restart every --restart-every s on a server of the suite's own."""
     faults: collections.Counter = collections.Counter()
     paused: dict[str, float] = {}
     next_restart = time.monotonic() + fleet.args.restart_every
@@ -465,9 +464,8 @@ def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> colle
 
 
 def drain(dialect: str, dsn: str, workdir: str, limit_s: float = 1800) -> None:
-    """Reserves and commits everything left (recorded as one more consumer), until only the
-    delayed dedup messages are left: leases of killed clients expire, exhausted messages are
-    dead-lettered by these reserves, each group's next message comes up."""
+    """Reserves and commits everything left but the delayed dedup messages, recorded as one more
+    consumer (killed clients' leases expire, exhausted messages are dead-lettered meanwhile)."""
     rec = Recorder(dialect, dsn, os.path.join(workdir, "drain.jsonl"))
     left = f"SELECT count(*) FROM pyqueue_message WHERE queue_name = '{Q}' AND p_kind <> 'dedup'"
     deadline = time.monotonic() + limit_s
@@ -484,8 +482,7 @@ def drain(dialect: str, dsn: str, workdir: str, limit_s: float = 1800) -> None:
 
 
 def inventory(dialect: str, dsn: str) -> dict:
-    """What the database holds at the end: the live messages of the three queues and the main
-    queue's history rows (every message that left it, with how)."""
+    """The end state: the three queues' live messages and the main queue's history rows."""
     live = common.execute(dialect, dsn, "SELECT queue_name, p_key, p_kind FROM pyqueue_message")
     pg = dialect == "postgresql"
     at = "extract(epoch FROM processed_at)::float8" if pg else "UNIX_TIMESTAMP(processed_at)"

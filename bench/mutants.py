@@ -1,22 +1,11 @@
-"""Mutants of the SQL that the test suite must kill: python -m bench mutants [--file FILE]
-[--dialect D] [--tests EXPR] [--only N,...] [--examples N].
-
-A mutant is one text substitution in one file of sql/, a JSON line
-{"file": "sql/postgresql/routines/...", "find": "...", "replace": "...", "note": "..."}; a find that
-does not occur exactly once in its file is an error (the run stops before testing anything). For
-each mutant the repository's package, sql/, migrations/, tests/ and examples/ are copied into a scratch
-folder, the substitution is made there, and pytest runs the chosen tests (default: the whole
-contract's model and tests/contract) from that copy: the tests install the mutated schema into
-their own scratch databases on the suite's servers. The mutant is killed when a test fails;
-the report gives the first failing test and its error's first line. First the unmutated copy runs
-the same tests on each dialect: when it fails, the run stops (a kill must be the mutant's). Exit 0 only when every
-mutant is killed, except the ones marked equivalent: a mutant whose line has "equivalent": "<why>" (no behaviour
-a test could observe) is not run, reported as "equivalent" with its reason, and does not count against the exit
-status. The built-in list is bench/mutants.jsonl (bench/README.md, Mutants)."""
+"""Mutants of the SQL that the test suite must kill: one substitution each in a copy of the tree,
+{"file": ..., "find": ..., "replace": ..., "note": ...[, "equivalent": "<why>"]} a JSON line; the
+chosen tests (default: the whole contract's model and tests/contract) run against each, after the
+unmutated copy passes them. Exit 0 only when every mutant not marked equivalent is killed. The
+built-in list: bench/mutants.jsonl; how to read the run: bench/README.md, Mutants."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -27,6 +16,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench import common
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = ROOT / "bench" / "mutants.jsonl"
@@ -115,36 +106,28 @@ def run_one(m: dict, tests: str, examples: int, timeout: float) -> tuple[str, st
         try:
             done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return (
-                "killed",
-                f"timed out after {timeout:.0f} s (a hang counts as killed)",
-                time.monotonic() - start,
-            )
+            return "killed", f"timed out after {timeout:.0f} s (a hang counts as killed)", timeout
         took = time.monotonic() - start
         if done.returncode == 0:
             return "survived", "", took
-        if done.returncode in (1,):
+        if done.returncode == 1:
             return "killed", first_failure(done.stdout), took
         return "error", first_failure(done.stdout + done.stderr), took
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="python -m bench mutants", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--file", type=Path, default=BUILT_IN, help="the mutants, JSON lines (default: %(default)s)"
+    p = common.parser(
+        __doc__,
+        ("--file", BUILT_IN, "the mutants, JSON lines (default bench/mutants.jsonl)"),
+        ("--tests", DEFAULT_TESTS, "pytest's arguments: the tests run against each mutant"),
+        ("--only", None, "comma-separated line numbers of the file: run only these mutants"),
+        ("--match", None, "a regular expression: only the mutants whose file, find or note match"),
+        ("--examples", 25, "the model's examples per run (default 25)"),
+        ("--timeout", 900.0, "seconds per mutant (default 900)"),
     )
     p.add_argument(
         "--dialect", choices=("postgresql", "mysql"), help="only the mutants of this dialect's files"
     )
-    p.add_argument(
-        "--tests", default=DEFAULT_TESTS, help="pytest's arguments: the tests run against each mutant"
-    )
-    p.add_argument("--only", help="comma-separated line numbers of the file: run only these mutants")
-    p.add_argument("--match", help="a regular expression: only the mutants whose file, find or note match")
-    p.add_argument(
-        "--examples", type=int, default=25, help="the model's examples per run (default %(default)s)"
-    )
-    p.add_argument("--timeout", type=float, default=900, help="seconds per mutant (default %(default)s)")
     a = p.parse_args()
     mutants = load(a.file)
     if a.dialect:

@@ -72,11 +72,9 @@ def _log(line: str) -> None:
 
 
 def handle(job) -> None:
-    """The handler the workers run (`pyqueue-sql worker bench.soak:handle`). By kind: ok, batch,
-    delayed succeed; slow sleeps payload["sleep"] s; flaky fails while attempts <= payload["fail"];
-    poison always fails. Every run is logged to $SOAK_RUNLOG_DIR/runs-<pid>.log with os.write on an
-    O_APPEND descriptor (a SIGKILL loses no line written): "S <key> <kind> <attempts>" at the
-    start, "E <key> <kind> <attempts> ok|<ExceptionName>" at the end."""
+    """The workers' handler (bench.soak:handle), by kind (bench/README.md, Soak); every run logged to
+    $SOAK_RUNLOG_DIR/runs-<pid>.log by os.write on O_APPEND (a SIGKILL loses no line written):
+    "S <key> <kind> <attempts>" at the start, "E <key> <kind> <attempts> ok|<ExceptionName>" at the end."""
     _log(f"S {job.key} {job.kind} {job.attempts}")
     outcome = "ok"
     try:
@@ -100,8 +98,7 @@ class Dedup(Exception):
 
 
 def producer_main(index, dsn, queue, rate, seconds, keys_path, acked, errs, seed) -> None:
-    """Pushes for `seconds`; writes every acknowledged key (and kind) to keys_path, and every key
-    whose push raised to keys_path + '.uncertain'."""
+    """Pushes for `seconds`; every acknowledged key and kind to keys_path, a push that raised to .uncertain."""
     rng, seq, db = random.Random(seed), 0, None
     start = next_at = now()
 

@@ -32,9 +32,8 @@ def _noop(job) -> None:
 
 
 def bare_loop(dsn: str, jobs: int, ended) -> None:
-    """The floor: the Worker's reserve (its batch size, 16 + its prefetch, refilled when half is
-    used), thread hand-off and batched acknowledgement (up to 500 within 2 ms), and nothing else;
-    ended() runs when every job is acknowledged, its connections still open."""
+    """The floor: the Worker's reserve (16 + its prefetch, refilled at half), hand-off and batched acks
+    (up to 500 within 2 ms), nothing else; ended() runs once all are acknowledged, connections open."""
     held, window, pending, acks = 0, CONCURRENCY * 15, queue.SimpleQueue(), queue.SimpleQueue()
     taken = threading.Condition()
 
@@ -81,8 +80,7 @@ def bare_loop(dsn: str, jobs: int, ended) -> None:
 
 
 def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | None = None) -> dict:
-    """One Worker, built as cmd_worker builds it, drains the backlog; stopped when it is empty
-    (settings "bare": bare_loop drains it)."""
+    """One Worker, built as cmd_worker builds it, drains the backlog (settings "bare": bare_loop)."""
     if settings != "bare":
         worker = Worker(dsn, **{"concurrency": CONCURRENCY, **(settings or {})})
         worker.add_handler(QUEUE, _noop, None, retry=RetryPolicy(), timeout=None)

@@ -11,7 +11,6 @@ process each, every one through the system's own API, as its users run it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -60,9 +59,6 @@ async def nap(job=None, **_) -> None:
         await asyncio.sleep(SLEEP_S)
 
 
-# -- pyqueue-sql: AsyncWorker (async def handler) and Worker (plain def handler) ----------------
-
-
 def pyqueue_work(dsn: str, concurrency: int, settings: dict | None = None, threads: bool = True) -> None:
     """Worker (threads, a def handler) or AsyncWorker (an async def one), with a --variant's settings."""
     from pyqueue_sql.aio import AsyncWorker
@@ -88,9 +84,7 @@ def _app():
 
 
 @dataclasses.dataclass
-class Burn:
-    """One job of the batch task: its payload {"n": ...}, as the other systems'."""
-
+class Burn:  # one job of the batch task: its payload {"n": ...}, as the other systems'
     n: int
 
 
@@ -109,9 +103,6 @@ if os.environ.get("BENCH_GO"):
     app = _app()
     batch_app = _batch_app()
     _ready()
-
-
-# -- PGQueuer: installed (what `pgq install` runs) and filled by the routines suite's client -------
 
 
 def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
@@ -134,9 +125,6 @@ async def pgqueuer_work(dsn: str, concurrency: int) -> None:
     pgq.entrypoint("noop")(nap)
     await _async_ready()
     await pgq.run(batch_size=min(PGQUEUER_BATCH, concurrency // 2), max_concurrent_tasks=concurrency)
-
-
-# -- procrastinate -------------------------------------------------------------------------------
 
 
 def _procrastinate_app(dsn: str):
@@ -167,9 +155,6 @@ async def procrastinate_work(dsn: str, concurrency: int) -> None:
     async with app.open_async():
         await _async_ready()
         await app.run_worker_async(queues=[QUEUE], concurrency=concurrency, install_signal_handlers=False)
-
-
-# -- awa-pg --------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -205,9 +190,7 @@ async def awa_work(dsn: str, concurrency: int) -> None:
     await asyncio.Event().wait()
 
 
-# -- pgmq: no runtime of its own; a read-batch/delete loop in threads ------------------------------
-
-PGMQ_BATCH = 10
+PGMQ_BATCH = 10  # pgmq has no runtime of its own: a read-batch/delete loop in threads
 
 
 def pgmq_enqueue(dsn: str, jobs: int) -> None:
@@ -254,15 +237,10 @@ def pgmq_work(dsn: str, concurrency: int) -> None:
     )
 
 
-# -- MariaDB/MySQL: a hand-rolled SKIP LOCKED worker (bench.py's hand-rolled queue's table) --------
-
-# The hand-rolled MariaDB worker's claim: 100 rows per claim, at READ COMMITTED, chosen by
-# measurement as the strongest of the settings tried (bench/README.md, Burn-down). At the server's
-# default REPEATABLE READ every claim's locking read walks and locks the delete-marked index entries
-# that purge has not removed yet at the head of the ready range (10 rows a claim: 381 jobs/s no-op;
-# 100: "The total number of locks exceeds the lock table size"); a larger claim spreads that walk
-# over more jobs (READ COMMITTED, no-op / 10 ms jobs: 10 rows 1,052 / 2,394, 50 rows 1,833 / 2,748,
-# 100 rows 3,032 / 2,650, 200 rows 3,615 / 2,321 jobs/s).
+# The hand-rolled MariaDB worker's claim (bench.py's hand-rolled table), the strongest tried: at the
+# default REPEATABLE READ a claim locks the purge-pending entries at the ready range's head (10 rows:
+# 381 jobs/s no-op; 100: lock table full). READ COMMITTED, no-op / 10 ms jobs, jobs/s: 10 rows
+# 1,052 / 2,394, 50 rows 1,833 / 2,748, 100 rows 3,032 / 2,650, 200 rows 3,615 / 2,321.
 HAND_BATCH = 100
 HAND_ISOLATION = "READ COMMITTED"
 
@@ -321,13 +299,11 @@ SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency[, 
 
 def main() -> None:
     global SLEEP_S
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = common.parser(__doc__, ("--concurrency", 16, ""), ("--sleep-ms", 0.0, ""))
     ap.add_argument("action", choices=("install", "enqueue", "work"))
     ap.add_argument("system", choices=sorted(SYSTEMS))
     ap.add_argument("dsn")
     ap.add_argument("jobs", type=int, nargs="?", default=0)
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--sleep-ms", type=float, default=0.0)
     ap.add_argument("--settings", type=json.loads, help="pyqueue-sql: the worker's settings, a JSON object")
     args = ap.parse_args()
     install, enqueue, work = SYSTEMS[args.system]
