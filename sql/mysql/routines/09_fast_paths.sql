@@ -34,12 +34,19 @@ BEGIN
           FROM pyqueue_message m FORCE INDEX (PRIMARY)
          WHERE m.id = in_id AND m.reserve_token = in_token
            FOR UPDATE;
+    ELSEIF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring occurrence: whether the token holds it, locked
+        SELECT m.attempts INTO v_attempts FROM pyqueue_message m FORCE INDEX (PRIMARY)
+         WHERE m.id = in_id AND m.reserve_token = in_token FOR UPDATE;
     END IF;
     IF in_history THEN
         CALL pyqueue__archive(in_queue, in_id, in_token, IF(in_state = 'cancelled', 'cancelled', 'committed'), NULL,
                               UTC_TIMESTAMP(6), v_hist);
     END IF;
-    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(in_queue, in_key, in_kind); END IF;
+    -- a recurring occurrence's next one only while the token holds it, as read under the message's lock above (a
+    -- reserver that took an expired reservation over since the caller's read made this call stale: it pushes nothing)
+    IF v_attempts IS NOT NULL AND in_key LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__schedule_next(in_queue, in_key, in_kind);
+    END IF;
     DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
     SET out_done = ROW_COUNT();
     IF v_hist IS NOT NULL THEN CALL pyqueue__unarchive(v_hist, out_done); END IF;  -- (a nested CALL costs)
@@ -359,7 +366,7 @@ CREATE PROCEDURE pyqueue__commit_batch_held(
     OUT out_done        INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_i INT DEFAULT 0;
+    DECLARE v_i, v_held INT DEFAULT 0;
     DECLARE v_nocc INT DEFAULT in_occs;
     DECLARE v_deps LONGTEXT CHARACTER SET utf8mb4;
     IF in_history OR in_keep_results THEN
@@ -405,9 +412,17 @@ BEGIN
     -- occurrences of a schedule (one per schedule at most): as queue_commit
     WHILE v_nocc > 0 AND v_i < in_found DO
         IF JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][2]')) = 1 THEN
-            CALL pyqueue__schedule_next(in_queue,
-                JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][3]'))),
-                JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][4]'))));
+            -- the next one only while the token holds it, read under the message's lock (the read that found it
+            -- took none: a reserver that took an expired reservation over since made it stale; it pushes nothing)
+            SELECT COUNT(*) INTO v_held FROM pyqueue_message m FORCE INDEX (PRIMARY)
+             WHERE m.id = JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][0]'))
+               AND m.reserve_token = JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][1]')))
+               FOR UPDATE;
+            IF v_held = 1 THEN
+                CALL pyqueue__schedule_next(in_queue,
+                    JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][3]'))),
+                    JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][4]'))));
+            END IF;
             SET v_nocc = v_nocc - 1;
         END IF;
         SET v_i = v_i + 1;
