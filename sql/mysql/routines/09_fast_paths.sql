@@ -9,8 +9,9 @@ DELIMITER //
 -- (in_state not NULL) its outcome in_state with in_result; out_done = 1, or 0 when the token no longer held it (then no
 -- history or result row stays); with the outcome (pyqueue__result_put), the messages that wait for it
 -- (pyqueue__deps_left: in_ok, it succeeded; else it was cancelled). in_state 'cancelled' (queue_cancel_held) archives as 'cancelled'. For
--- queue_commit_reserve, queue_commit_result and queue_cancel_held. Locks: the message row, the schedule row of a
--- recurring occurrence, the result row.
+-- queue_commit_reserve, queue_commit_result and queue_cancel_held. A recurring occurrence's next one is pushed only
+-- while a locking read finds in_token holding it (a stale call pushes nothing). Locks: the message row (an
+-- occurrence's or, with in_state, any, read first), the schedule row of a recurring occurrence, the result row.
 DROP PROCEDURE IF EXISTS pyqueue__commit_held //
 CREATE PROCEDURE pyqueue__commit_held(
     IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -349,7 +350,7 @@ END //
 -- schedule's occurrences: of the in_found rows in_ids (as pyqueue__commit_batch_locate's out_ids; in_occs of them
 -- occurrences) the ones still held are locked (with history or results), their outcomes 'succeeded' recorded
 -- (in_keep_results; in_results: element i the result of reservation i), archived (in_history), the occurrences
--- scheduled (as queue_commit), the rows deleted by id re-checking each token (out_done: how many) and, with results,
+-- scheduled (as queue_commit: each while a locking read finds its token holding it), the rows deleted by id re-checking each token (out_done: how many) and, with results,
 -- the messages that wait for them told. The caller owns the transaction and runs it again on a deadlock. in_gcl: the
 -- session's group_concat_max_len, put back. Locks: as pyqueue__commit_batch.
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch_held //
