@@ -91,18 +91,28 @@ def test_releasing_dead_workers_with_an_old_snapshot_leaves_a_live_reservation_a
     assert live.one("queue_commit", q, key, kind, token)
 
 
-@pytest.mark.parametrize("routine", ["queue_commit", "queue_move"])
+# every call that ends or moves a held message outside a group: queue_commit_reserve, queue_cancel_held
+# (a queue without results) and queue_commit_batch read the token with no lock of their own before the
+# schedule advances; queue_commit_result (a queue that keeps results) under the message's lock
+SETTLES = ["queue_commit", "queue_move", "queue_commit_reserve", "queue_commit_result", "queue_cancel_held",
+           "queue_commit_batch"]  # fmt: skip
+
+
+@pytest.mark.parametrize("routine", SETTLES)
 def test_an_occurrence_taken_over_while_its_old_holder_settles_it_pushes_no_next_one(sessions, routine):
     """A schedule's occurrence whose reservation expired: a reserver takes it over (its transaction
-    still open, holding the row) while the old holder commits or moves it. The holder's call waits,
-    then finds its token gone: false, and it pushes no next occurrence (the schedule is unchanged,
-    docs/contract/17_schedules.md: a stale call pushes nothing; the occurrence is still the pending
-    one). The taker's commit then pushes the next one. (MySQL/MariaDB read the message without a
-    lock, pushed the next occurrence and only then found the token gone at their write.)"""
+    still open, holding the row) while the old holder commits, moves, cancels or batch-commits it.
+    The holder's call waits, then finds its token gone: false (nothing committed), and it pushes no
+    next occurrence (the schedule is unchanged, docs/contract/17_schedules.md: a stale call pushes
+    nothing; the occurrence is still the pending one). The taker's commit then pushes the next one.
+    (MySQL/MariaDB read the message without a lock, pushed the next occurrence and only then found
+    the token gone at their write.)"""
     admin, taker, holder = sessions(3)
     q, to = unique("occ"), unique("occto")
     admin.create(q)
     admin.create(to)
+    if routine == "queue_commit_result":
+        admin.call("queue_set_result_retention", q, admin.dur(3600))
     admin.call("queue_schedule_every", q, "tick", "k", "{}", admin.dur(1), casts=("", "", "", "::jsonb", ""))
     deadline = time.monotonic() + 5
     while not (got := admin.reserve(q, timeout=0.2)):  # the first occurrence, due within a second
@@ -113,10 +123,21 @@ def test_an_occurrence_taken_over_while_its_old_holder_settles_it_pushes_no_next
     taker.begin()
     ((key2, _, token),) = taker.reserve(q, timeout=600)
     assert key2 == key
-    args = (q, key, kind, stale) + ((to, None) if routine == "queue_move" else ())
-    call = call_that_waits(admin, holder, holder.one, routine, *args)
+    target, args, casts = holder.one, (q, key, kind, stale), ()
+    if routine == "queue_move":
+        args += (to, None)
+    elif routine == "queue_commit_result":
+        args, casts = args + ('{"n": 1}',), ("", "", "", "", "::jsonb")
+    elif routine == "queue_commit_reserve":  # it reserves nothing after (the only message is the taker's)
+        target, args = holder.call, args + ("w", None, 1, None)
+    elif routine == "queue_commit_batch":
+        args = (q, holder.array([key]), holder.array([kind]), holder.array([stale]))
+    call = call_that_waits(admin, holder, lambda *a: target(*a, casts=casts), routine, *args)
     taker.commit()
-    assert not call.join()
+    done = call.join()
+    if routine == "queue_commit_reserve":  # PostgreSQL: (committed, ...); MySQL/MariaDB: no row reserved
+        done = done[0][0] if holder.pg else None
+    assert not done
     assert holder.keys(q) == {key: "reserved"}, "the stale call pushed the next occurrence"
     assert holder.keys(to) == {}
     assert holder.one("queue_commit", q, key, kind, token)

@@ -9,8 +9,9 @@ DELIMITER //
 -- (in_state not NULL) its outcome in_state with in_result; out_done = 1, or 0 when the token no longer held it (then no
 -- history or result row stays); with the outcome (pyqueue__result_put), the messages that wait for it
 -- (pyqueue__deps_left: in_ok, it succeeded; else it was cancelled). in_state 'cancelled' (queue_cancel_held) archives as 'cancelled'. For
--- queue_commit_reserve, queue_commit_result and queue_cancel_held. Locks: the message row, the schedule row of a
--- recurring occurrence, the result row.
+-- queue_commit_reserve, queue_commit_result and queue_cancel_held. A recurring occurrence's next one is pushed only
+-- while a locking read finds in_token holding it (a stale call pushes nothing). Locks: the message row (an
+-- occurrence's or, with in_state, any, read first), the schedule row of a recurring occurrence, the result row.
 DROP PROCEDURE IF EXISTS pyqueue__commit_held //
 CREATE PROCEDURE pyqueue__commit_held(
     IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -34,12 +35,19 @@ BEGIN
           FROM pyqueue_message m FORCE INDEX (PRIMARY)
          WHERE m.id = in_id AND m.reserve_token = in_token
            FOR UPDATE;
+    ELSEIF in_key LIKE '%@____-__-__T__:__:__Z' THEN  -- a recurring occurrence: whether the token holds it, locked
+        SELECT m.attempts INTO v_attempts FROM pyqueue_message m FORCE INDEX (PRIMARY)
+         WHERE m.id = in_id AND m.reserve_token = in_token FOR UPDATE;
     END IF;
     IF in_history THEN
         CALL pyqueue__archive(in_queue, in_id, in_token, IF(in_state = 'cancelled', 'cancelled', 'committed'), NULL,
                               UTC_TIMESTAMP(6), v_hist);
     END IF;
-    IF in_key LIKE '%@____-__-__T__:__:__Z' THEN CALL pyqueue__schedule_next(in_queue, in_key, in_kind); END IF;
+    -- a recurring occurrence's next one only while the token holds it, as read under the message's lock above (a
+    -- reserver that took an expired reservation over since the caller's read made this call stale: it pushes nothing)
+    IF v_attempts IS NOT NULL AND in_key LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__schedule_next(in_queue, in_key, in_kind);
+    END IF;
     DELETE FROM pyqueue_message WHERE id = in_id AND reserve_token = in_token;
     SET out_done = ROW_COUNT();
     IF v_hist IS NOT NULL THEN CALL pyqueue__unarchive(v_hist, out_done); END IF;  -- (a nested CALL costs)
@@ -342,7 +350,7 @@ END //
 -- schedule's occurrences: of the in_found rows in_ids (as pyqueue__commit_batch_locate's out_ids; in_occs of them
 -- occurrences) the ones still held are locked (with history or results), their outcomes 'succeeded' recorded
 -- (in_keep_results; in_results: element i the result of reservation i), archived (in_history), the occurrences
--- scheduled (as queue_commit), the rows deleted by id re-checking each token (out_done: how many) and, with results,
+-- scheduled (as queue_commit: each while a locking read finds its token holding it), the rows deleted by id re-checking each token (out_done: how many) and, with results,
 -- the messages that wait for them told. The caller owns the transaction and runs it again on a deadlock. in_gcl: the
 -- session's group_concat_max_len, put back. Locks: as pyqueue__commit_batch.
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch_held //
@@ -359,7 +367,7 @@ CREATE PROCEDURE pyqueue__commit_batch_held(
     OUT out_done        INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_i INT DEFAULT 0;
+    DECLARE v_i, v_held INT DEFAULT 0;
     DECLARE v_nocc INT DEFAULT in_occs;
     DECLARE v_deps LONGTEXT CHARACTER SET utf8mb4;
     IF in_history OR in_keep_results THEN
@@ -405,9 +413,17 @@ BEGIN
     -- occurrences of a schedule (one per schedule at most): as queue_commit
     WHILE v_nocc > 0 AND v_i < in_found DO
         IF JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][2]')) = 1 THEN
-            CALL pyqueue__schedule_next(in_queue,
-                JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][3]'))),
-                JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][4]'))));
+            -- the next one only while the token holds it, read under the message's lock (the read that found it
+            -- took none: a reserver that took an expired reservation over since made it stale; it pushes nothing)
+            SELECT COUNT(*) INTO v_held FROM pyqueue_message m FORCE INDEX (PRIMARY)
+             WHERE m.id = JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][0]'))
+               AND m.reserve_token = JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][1]')))
+               FOR UPDATE;
+            IF v_held = 1 THEN
+                CALL pyqueue__schedule_next(in_queue,
+                    JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][3]'))),
+                    JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][4]'))));
+            END IF;
             SET v_nocc = v_nocc - 1;
         END IF;
         SET v_i = v_i + 1;
