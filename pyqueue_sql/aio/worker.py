@@ -251,9 +251,9 @@ class _HandlerTasks:
         self.settings = worker.settings
         self.state = worker.state
         self.events = worker.events
-        self.runners = worker._runners
+        self.runners = worker.runner_pool
         self.shutdown = worker.shutdown
-        self.inflight = worker._inflight  # the worker's, shared
+        self.inflight = worker.inflight  # the worker's, shared
         self.run = worker._steps
         self.execute = worker._execute
         self.serve_steps = worker.dispatch.serve_steps
@@ -669,10 +669,10 @@ class AsyncWorker(WorkerBase):
         self.handlers.start_jobs(jobs)
 
     def _release(self, job: Job, successors: list[Job] = ()) -> None:
-        self._inflight.pop((job.queue, job.key, job.kind), None)
+        self.inflight.pop((job.queue, job.key, job.kind), None)
         for nxt in successors:
             nxt.on_progress = self.events.progress_set
-            self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
+            self.inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
         self.events.freed.set()
 
     def install_signal_handlers(self) -> None:
@@ -754,7 +754,7 @@ class AsyncWorker(WorkerBase):
 
     async def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
         freed = self.events.freed
-        while len(self._inflight) >= self.reserve_loop.refill_at() and not self.state.stopping.is_set():
+        while len(self.inflight) >= self.reserve_loop.refill_at() and not self.state.stopping.is_set():
             freed.clear()
             await _wait_event(freed, 1.0)
 

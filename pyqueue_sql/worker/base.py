@@ -100,8 +100,8 @@ class WorkerBase:
         self.failure: str | None = None
         self._state = "stopped"
         self._stop_deadline: float | None = None
-        self._inflight: dict[tuple[str, str, str], Job] = {}
-        self._runners = RunnerPool(self.on_thread_end, self._stuck_now)
+        self.inflight: dict[tuple[str, str, str], Job] = {}
+        self.runner_pool = RunnerPool(self.on_thread_end, self._stuck_now)
         self._setup()  # the runner's own state: its slots and its completer (self.completer)
         self.batches = BatchLanes(
             self.settings,
@@ -128,7 +128,7 @@ class WorkerBase:
             self.policy,
             self.watch,
             self.registry,
-            self._runners,
+            self.runner_pool,
             commit_reserve=self.commit_reserve,
             job_type=self._job_type,
             release=self._release,
@@ -278,7 +278,7 @@ class WorkerBase:
     def _jobs(self) -> list[Job]:
         """The messages the worker holds now (reserved, started or not); safe from any thread (a
         copy taken in one C call; Worker's holds its slots' lock)."""
-        return list(self._inflight.copy().values())
+        return list(self.inflight.copy().values())
 
     def _wake(self) -> None:
         """Makes the worker's waits notice a stop (called from any thread, or a signal handler)."""
@@ -399,7 +399,7 @@ class WorkerBase:
     def stuck_threads(self) -> int:
         """How many plain handlers' threads are still running past their time limit (a blocking
         call a thread cannot be interrupted in), set aside: more than max_stuck stop the worker."""
-        return self._runners.stuck_count()
+        return self.runner_pool.stuck_count()
 
     def _stuck_now(self, n: int) -> None:
         """A plain handler's thread was set aside as stuck (runners.py), n of them now: more than
@@ -418,7 +418,7 @@ class WorkerBase:
 
     def _finished(self) -> None:
         """Logs the stop (run() calls it last, after the on_stop hooks)."""
-        self._runners.close()
+        self.runner_pool.close()
         self._state = "stopped"
         self.stopped.set()
         log.info(

@@ -173,7 +173,7 @@ class _Connection:
 
     def _handle(self, op: Handle) -> BaseException | None:
         if op.timeout is not None:
-            return handle_timed(op, self.loop.run, self.worker._runners)
+            return handle_timed(op, self.loop.run, self.worker.runner_pool)
         job = op.job
         stopper = self.stopper
         try:
@@ -437,7 +437,7 @@ class Worker(WorkerBase):
 
     def _jobs(self) -> list[Job]:
         with self._slots:
-            return list(self._inflight.values())
+            return list(self.inflight.values())
 
     def _wake(self) -> None:
         with self._slots:
@@ -484,7 +484,7 @@ class Worker(WorkerBase):
 
     def _hold(self, jobs: list[Job]) -> None:
         """A lane's batch, held as the handlers' jobs are (heartbeat, status, stop)."""
-        wake, inflight = self._watch_wake.set, self._inflight
+        wake, inflight = self._watch_wake.set, self.inflight
         with self._slots_lock:
             for job in jobs:
                 job.on_progress = wake
@@ -518,7 +518,7 @@ class Worker(WorkerBase):
     def _wait_slots(self, op: WaitSlots, conn: Any) -> None:
         with self._slots:
             while (
-                len(self._inflight) >= (refill_at := self.reserve_loop.refill_at())
+                len(self.inflight) >= (refill_at := self.reserve_loop.refill_at())
                 and not self.state.stopping.is_set()
             ):
                 self._slot_waiting = refill_at
@@ -581,7 +581,7 @@ class Worker(WorkerBase):
         self.state.wake_queues.update(self.routes)
 
     def _start_jobs(self, jobs: list[Job]) -> None:
-        wake, inflight = self._watch_wake.set, self._inflight
+        wake, inflight = self._watch_wake.set, self.inflight
         with self._slots_lock:
             for job in jobs:
                 job.on_progress = wake
@@ -593,12 +593,12 @@ class Worker(WorkerBase):
     # -- handlers ----------------------------------------------------------------
     def _release(self, job: Job, successors: list[Job] = ()) -> None:
         with self._slots_lock:
-            self._inflight.pop((job.queue, job.key, job.kind), None)
+            self.inflight.pop((job.queue, job.key, job.kind), None)
             for nxt in successors:
                 nxt.on_progress = self._watch_wake.set
-                self._inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
+                self.inflight[(nxt.queue, nxt.key, nxt.kind)] = nxt
             # only the dispatcher waits on _slots (_wait_slots), for fewer than _refill_at
-            if len(self._inflight) < self._slot_waiting:
+            if len(self.inflight) < self._slot_waiting:
                 self._slots.notify_all()
 
     # -- the watcher (watch.py) and the heartbeat (registry.py) ---------------------------

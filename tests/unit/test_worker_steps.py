@@ -380,13 +380,13 @@ def handle_success(worker: Worker, job: Job) -> tuple[Steps, RetriedCall]:
 def test_a_success_of_a_one_queue_postgresql_worker_commits_and_reserves_its_successor():
     worker, _ = make_worker(PG, lease=12.0, commit_reserve=True)
     job = Job(reservation())
-    worker._inflight[("q", "k1", "welcome")] = job
+    worker.inflight[("q", "k1", "welcome")] = job
     steps, call = handle_success(worker, job)
     assert (call.method, call.args) == ("commit_reserve", (job.reservation,))
     assert call.kwargs == {"n": 1, "worker": worker.name, "timeout": 12.0, "kinds": None}
     steps.answer((True, [reservation(key="k2")]))
     assert steps.done and steps.result.key == "k2"  # the handler runs it next
-    assert list(worker._inflight) == [("q", "k2", "welcome")]  # the successor took the slot
+    assert list(worker.inflight) == [("q", "k2", "welcome")]  # the successor took the slot
     assert (worker.stats.succeeded, worker.stats.commit_reserves, worker.stats.reserved) == (1, 1, 1)
 
 
@@ -401,12 +401,12 @@ def test_otherwise_a_success_goes_to_the_completer_without_a_call_of_the_handler
     it alone), goes to the completer with its reservation as it is, and frees its slot."""
     worker, _ = make_worker(dsn, *queues, **settings)
     job = Job(reservation())
-    worker._inflight[("q", "k1", "welcome")] = job
+    worker.inflight[("q", "k1", "welcome")] = job
     steps = Steps(worker.dispatch.job_steps(job))
     assert steps.answer(None) == Acquire(job.lock)
     job.lock.acquire()
     steps.answer(True)
-    assert steps.done and steps.result is None and job.done and not worker._inflight
+    assert steps.done and steps.result is None and job.done and not worker.inflight
     assert worker.completer.acks.get_nowait()[0] is job
     assert worker.stats.succeeded == 0  # counted once the completer committed it
 
@@ -452,7 +452,7 @@ def test_a_prefetched_message_whose_lease_ran_low_is_handed_back_unstarted():
     ran = []
     worker, clock = make_worker(PG, handler=ran.append, lease=30.0)
     job = Job(reservation(), lease_until=clock.now + 9.0)
-    worker._inflight[("q", "k1", "welcome")] = job
+    worker.inflight[("q", "k1", "welcome")] = job
     steps = Steps(worker.dispatch.serve_steps(job))
     assert steps.op == Acquire(job.lock)
     job.lock.acquire()
@@ -469,7 +469,7 @@ def test_after_a_stop_an_unstarted_message_is_handed_back_without_running_its_ha
     ran = []
     worker, _ = make_worker(PG, handler=ran.append)
     job = Job(reservation())
-    worker._inflight[("q", "k1", "welcome")] = job
+    worker.inflight[("q", "k1", "welcome")] = job
     worker.stop()
     steps = Steps(worker.dispatch.serve_steps(job))
     assert steps.op == Acquire(job.lock)
@@ -477,7 +477,7 @@ def test_after_a_stop_an_unstarted_message_is_handed_back_without_running_its_ha
     call = steps.answer(True)
     assert (call.method, call.kwargs) == ("snooze", {"delay": 0})  # its delivery not counted
     steps.answer(True)
-    assert steps.done and not ran and worker.stats.handed_back == 1 and not worker._inflight
+    assert steps.done and not ran and worker.stats.handed_back == 1 and not worker.inflight
 
 
 def test_the_status_tells_the_messages_waiting_for_a_handler_from_the_running_ones():
@@ -490,7 +490,7 @@ def test_the_status_tells_the_messages_waiting_for_a_handler_from_the_running_on
     )
     started.started_at = 1.0
     done.done = True
-    worker._inflight = {("q", j.key, "welcome"): j for j in (started, waiting, done)}
+    worker.inflight = {("q", j.key, "welcome"): j for j in (started, waiting, done)}
     status = worker.status()
     assert (status.running, status.waiting) == (("q/k1/welcome",), ("q/k2/welcome",))
 
@@ -590,7 +590,7 @@ def test_the_watcher_waits_for_a_progress_or_its_poll_and_survives_a_round_s_err
 
     worker, _ = make_worker(PG)
     job = Job(reservation(key="slow"))
-    worker._inflight = {("q", "slow", "welcome"): job}
+    worker.inflight = {("q", "slow", "welcome"): job}
     steps = Steps(worker.watch.loop_steps())
     assert steps.op == Wait(WATCH, WATCH_IDLE)
     job.set_progress({"rows": 1})
@@ -635,7 +635,7 @@ def test_the_watch_writes_pending_progress_under_the_lock_and_polls_only_running
     running = Job(reservation(key="running"), started_at=1.0, runs_async=True)
     hooked = []
     running.on_cancel = lambda: hooked.append(True)
-    worker._inflight = {("q", j.key, "welcome"): j for j in (plain, waiting, running)}
+    worker.inflight = {("q", j.key, "welcome"): j for j in (plain, waiting, running)}
     assert worker.watch.timeout() == CANCEL_POLL
     plain.set_progress({"rows": 3})
     steps = Steps(worker.watch.round_steps())
