@@ -20,6 +20,7 @@ plain handlers' (see docs/tasks.md, "Batch tasks")."""
 from __future__ import annotations
 
 import inspect
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -86,6 +87,18 @@ def outcomes_of(jobs: Sequence[Job], value: Any) -> list[Any]:
         f"a batch handler returns None or one outcome per job ({len(jobs)}), not {what}"
     )
     return [error] * len(jobs)
+
+
+class Pipe:
+    """A prefetching lane's hand-offs between its three threads (BatchLanes.lane): the batches
+    reserved (at most one reserved and not started), then None once the reserver has ended; the
+    successes to commit (at most one batch waiting), then None once the runner has ended."""
+
+    def __init__(self) -> None:
+        self.ready: queue.SimpleQueue[list[Job] | None] = queue.SimpleQueue()
+        self.ahead = threading.Semaphore(1)
+        self.commits: queue.SimpleQueue[tuple[list[Job], float] | None] = queue.SimpleQueue()
+        self.commit_slots = threading.Semaphore(1)
 
 
 class BatchLanes:
@@ -187,36 +200,104 @@ class BatchLanes:
         """Whether every batch lane's last reserve found nothing (True when there is none)."""
         return all(idle[0] for idle in self.idle)
 
-    def lane(self, route: BatchRoute, first: bool) -> tuple[list[bool], Any]:
-        """A new lane of a batch kind: (its idle flag, its steps). The first one of a kind
-        long-polls, the others wait for its wakes."""
+    def lane(self, route: BatchRoute, first: bool) -> list[tuple[str, Any]]:
+        """A new lane of a batch kind: the steps of each of its threads, by name. The first lane
+        of a kind long-polls, the others wait for its wakes. With a prefetch (the worker's
+        `prefetch` not 0) three threads: one reserves the next batch while another runs the
+        current one and a third commits the one before; else one thread does all in turn."""
         idle = [False]
         self.idle.append(idle)
         siblings = None if first else self.wakes.setdefault((route.queue, route.kind), threading.Event())
-        return idle, self.lane_steps(route, idle, siblings)
+        if self.settings.prefetch == 0:
+            return [("", self.lane_steps(route, idle, siblings))]
+        pipe = Pipe()
+        return [
+            ("reserve", self.lane_steps(route, idle, siblings, pipe)),
+            ("run", self.runner_steps(route, pipe)),
+            ("commit", self.committer_steps(route, pipe)),
+        ]
 
     # -- a lane's steps ------------------------------------------------------------------
-    def lane_steps(self, route: BatchRoute, idle: list[bool], siblings: threading.Event | None = None):
-        """A lane's loop until the stop: reserve a batch, run it, settle each job. idle[0] says
-        whether its last reserve found nothing (App.run_pending stops once every lane is idle).
-        The first lane of a kind (siblings None) long-polls when nothing is ready; the others wait
-        for it on `siblings`, which a lane sets when it reserved a full batch (more may be ready):
-        an idle worker keeps one long poll per batch kind, not one per lane."""
+    def lane_steps(
+        self,
+        route: BatchRoute,
+        idle: list[bool],
+        siblings: threading.Event | None = None,
+        pipe: Pipe | None = None,
+    ):
+        """A lane's loop until the stop: reserve a batch, run it, settle each job (with a pipe:
+        reserve a batch and hand it to the lane's runner, once the one before has started).
+        idle[0] says whether its last reserve found nothing (App.run_pending stops once every
+        lane is idle). The first lane of a kind (siblings None) long-polls when nothing is ready;
+        the others wait for it on `siblings`, which a lane sets when it reserved a full batch
+        (more may be ready): an idle worker keeps one long poll per batch kind, not one per lane."""
         backoff = 0.5
-        while not self.state.stopping.is_set():
-            try:
-                yield from self.lane_round_steps(route, idle, siblings)
-                backoff = 0.5
-            except StoppedError:
-                return
-            except Exception as exc:  # as the reserve loop does: logged, again after a back-off
-                backoff = self.reserve_loop.dispatch_failed(exc, backoff)
-                if (yield Sleep(backoff)):
+        try:
+            while not self.state.stopping.is_set():
+                if pipe is not None and not pipe.ahead.acquire(timeout=WAIT_SLICE):
+                    continue  # a batch reserved ahead has not started yet
+                jobs: list[Job] = []
+                try:
+                    if pipe is None:
+                        yield from self.lane_round_steps(route, idle, siblings)
+                    else:
+                        jobs = yield from self.reserve_round_steps(route, idle, siblings)
+                    backoff = 0.5
+                except StoppedError:
                     return
-                backoff = min(backoff * 2, 30.0)
+                except Exception as exc:  # as the reserve loop does: logged, again after a back-off
+                    backoff = self.reserve_loop.dispatch_failed(exc, backoff)
+                    if (yield Sleep(backoff)):
+                        return
+                    backoff = min(backoff * 2, 30.0)
+                finally:
+                    if pipe is not None:
+                        if jobs:
+                            pipe.ready.put(jobs)
+                        else:
+                            pipe.ahead.release()
+        finally:
+            if pipe is not None:
+                pipe.ready.put(None)
+
+    def runner_steps(self, route: BatchRoute, pipe: Pipe):
+        """A prefetching lane's runner: each batch its reserver hands over (which frees the
+        reserver to reserve the next one), run unless the stop came (handed back), its jobs whose
+        lease ran low while it waited handed back first, as a prefetched job's are; its successes
+        handed to the committer. Ends after the reserver has ended, then ends the committer."""
+        try:
+            while (jobs := pipe.ready.get()) is not None:
+                pipe.ahead.release()
+                try:
+                    if not self.state.stopping.is_set():
+                        for job in [j for j in jobs if self.dispatch.lease_low(j)]:
+                            jobs.remove(job)
+                            yield from self.dispatch.hand_back_steps(job)
+                    if jobs:
+                        yield from self.batch_steps(route, jobs, pipe)
+                except StoppedError:
+                    return
+                except Exception:  # never lose the lane (each job was settled or released)
+                    log.exception("a batch failed", extra={"event": "error", "queue": route.queue})
+        finally:
+            pipe.commits.put(None)
+
+    def committer_steps(self, route: BatchRoute, pipe: Pipe):
+        """A prefetching lane's committer: the successes of each batch its runner ran, committed
+        in one call while the runner runs the next batch, until the runner ends."""
+        while (item := pipe.commits.get()) is not None:
+            pipe.commit_slots.release()
+            yield from self.commit_batch_steps(route, *item)
 
     def lane_round_steps(self, route: BatchRoute, idle: list[bool], siblings: threading.Event | None):
         """One round of a lane: a batch reserved, run and settled, or a wait when none is ready."""
+        jobs = yield from self.reserve_round_steps(route, idle, siblings)
+        if jobs:
+            yield from self.batch_steps(route, jobs)
+
+    def reserve_round_steps(self, route: BatchRoute, idle: list[bool], siblings: threading.Event | None):
+        """A batch reserved and held (its jobs of another kind failed), or [] after a wait when
+        none is ready."""
         kinds = None if route.every_kind else [route.kind]
         wake = self.wakes.setdefault((route.queue, route.kind), threading.Event())
         lease_until = self.state.clock() + self.settings.lease
@@ -258,7 +339,7 @@ class BatchLanes:
                     if siblings.wait(WAIT_SLICE):
                         break
                 siblings.clear()
-            return
+            return []
         idle[0] = False
         if len(rows) == route.size:
             wake.set()
@@ -273,16 +354,17 @@ class BatchLanes:
                 yield from self.settle_steps(job, unknown, 0.0)
             jobs = [j for j in jobs if j.kind == route.kind]
             if not jobs:
-                return
+                return []
         self.stats.reserved += len(jobs)
         log.debug(
             "reserved a batch",
             extra={"event": "reserve", "queue": route.queue, "kind": route.kind, "n": len(jobs)},
         )
-        yield from self.batch_steps(route, jobs)
+        return jobs
 
-    def batch_steps(self, route: BatchRoute, jobs: list[Job]):
-        """Runs one batch: one call of the handler, then each job to its commit or failure."""
+    def batch_steps(self, route: BatchRoute, jobs: list[Job], pipe: Pipe | None = None):
+        """Runs one batch: one call of the handler, then each job to its commit or failure (its
+        successes committed here, or with a pipe handed to the lane's committer)."""
         if self.state.stopping.is_set():  # reserved as the stop came: back unstarted
             for job in jobs:
                 yield from self.dispatch.hand_back_steps(job)
@@ -316,8 +398,13 @@ class BatchLanes:
                 continue
             job.result = outcome if job.store_result else None
             succeeded.append(job)
-        if succeeded:
+        if not succeeded:
+            return
+        if pipe is None:
             yield from self.commit_batch_steps(route, succeeded, elapsed_ms)
+        else:
+            pipe.commit_slots.acquire()  # at most one batch waits for the committer
+            pipe.commits.put((succeeded, elapsed_ms))
 
     def commit_batch_steps(self, route: BatchRoute, jobs: list[Job], elapsed_ms: float):
         """Commits a batch's successes in one call (queue_commit_batch, or with their results

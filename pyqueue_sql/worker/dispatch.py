@@ -474,18 +474,8 @@ class Dispatch:
                 )
                 yield from self.hand_back_steps(job, STUCK_RETRY_DELAY)
                 return
-            # A message about to start (a prefetched one waited for a handler) with less than a
-            # third of its lease left: the heartbeat, which extends every held message each
-            # lease/3, has not reached it, so it may expire while its handler runs. It is handed
-            # back instead, never run on a lapsing reservation.
             lease_until = job.lease_until
-            if lease_until is not None and lease_until - clock() < low:
-                self.stats.lease_low += 1
-                log.warning(
-                    "%s waited for a handler until its lease ran low; handed back unstarted",
-                    where_of(job),
-                    extra={"event": "lease_low", "queue": job.queue, "key": job.key, "kind": job.kind},
-                )
+            if lease_until is not None and lease_until - clock() < low and self.lease_low(job):
                 yield from self.hand_back_steps(job)
                 return
             try:
@@ -495,6 +485,23 @@ class Dispatch:
                     "handler: unexpected error", extra={"event": "error", "queue": job.queue, "key": job.key}
                 )
                 return
+
+    def lease_low(self, job: Job) -> bool:
+        """Whether a message about to start (a prefetched one waited for a handler, or for its
+        batch's turn) has less than a third of its lease left: the heartbeat, which extends every
+        held message each lease/3, has not reached it, so it may expire while its handler runs.
+        Counted and logged: the caller hands it back instead, never runs it on a lapsing
+        reservation."""
+        lease_until = job.lease_until
+        if lease_until is None or lease_until - self.state.clock() >= self.settings.lease / 3:
+            return False
+        self.stats.lease_low += 1
+        log.warning(
+            "%s waited for a handler until its lease ran low; handed back unstarted",
+            where_of(job),
+            extra={"event": "lease_low", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+        return True
 
     def committed(self, job: Job, ok: Any, elapsed_ms: float) -> None:
         if ok is COUNTED_BY_BATCH:  # a group commit lost reservations: counted and logged there

@@ -105,3 +105,61 @@ def test_a_lane_whose_queue_is_missing_logs_it_and_drains_once_it_exists(db, dsn
     assert sum(done) == 3 and not thread.is_alive()
     assert any("error in the reserve loop" in r.getMessage() for r in caplog.records)
     db.queue(name).drop()
+
+
+def test_a_lane_reserves_the_next_batch_while_a_batch_runs_and_a_stop_hands_it_back(db, dsn, make_queue):
+    # The mechanism of a prefetching lane: while the first batch's handler blocks, the lane has
+    # already reserved the second one (4 jobs reserved, 2 started); a stop then lets the running
+    # batch finish and commit, and hands the prefetched one back unstarted, its delivery not counted.
+    q = make_queue()
+    worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False, lease=30)
+    calls: list[list[str]] = []
+    running, go_on = threading.Event(), threading.Event()
+
+    def blocking(jobs):
+        calls.append(sorted(j.key for j in jobs))
+        running.set()
+        assert go_on.wait(30)
+
+    worker.add_batch_handler(q.name, blocking, "k", size=2)
+    q.push_many([(f"k{i}", "k", {}) for i in range(4)])
+    thread = _run(worker)
+    try:
+        assert running.wait(10)
+        _wait(lambda: worker.stats.reserved == 4, 10, "the second batch reserved while the first runs")
+        assert len(calls) == 1
+        worker.stop()
+        go_on.set()
+        thread.join(30)
+    finally:
+        go_on.set()
+        worker.stop()
+    assert len(calls) == 1 and worker.unfinished == []
+    assert worker.stats.succeeded == 2 and worker.stats.handed_back == 2
+    left = {m.key: m.attempts for m in q.messages()}
+    assert sorted(left) == sorted({"k0", "k1", "k2", "k3"} - set(calls[0]))
+    assert set(left.values()) == {0}
+
+
+def test_a_lane_without_prefetch_reserves_only_once_its_batch_is_done(db, dsn, make_queue):
+    q = make_queue()
+    worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False, lease=30, prefetch=0)
+    running, go_on = threading.Event(), threading.Event()
+
+    def blocking(jobs):
+        running.set()
+        assert go_on.wait(30)
+
+    worker.add_batch_handler(q.name, blocking, "k", size=2)
+    q.push_many([(f"k{i}", "k", {}) for i in range(4)])
+    thread = _run(worker)
+    try:
+        assert running.wait(10)
+        time.sleep(0.5)  # a reserve the lane would make meanwhile has had time to show
+        assert worker.stats.reserved == 2
+        go_on.set()
+        _wait(lambda: worker.stats.succeeded == 4, 20, "both batches")
+    finally:
+        go_on.set()
+        worker.stop()
+        thread.join(30)
