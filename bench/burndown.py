@@ -185,6 +185,9 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         # (None: the server is not on this machine; MySQL/MariaDB: sessions are threads of one process)
         pg = system.dialect == "postgresql"
         server0 = common.sessions_cpu(cur, strict=True) if pg else None  # backends opened later start from 0
+        # MySQL/MariaDB: the whole server process (whatever else it serves meanwhile counts too)
+        mysqld = None if pg else common.server_pid(system.dialect, dsn)
+        mysqld0 = common.server_cpu(system.dialect, mysqld)
         ready = (started := time.perf_counter()) - spawned  # spawn to the slower process's `ready`
         for p in procs:
             p.stdin.write("go\n")
@@ -209,6 +212,12 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         if done and server is not None and server0 is not None:
             spent = sum(v - server0.get(pid, 0.0) for pid, v in server.items())
             server_us = round(spent / done * 1e6, 1)
+        elif (
+            done
+            and mysqld0 is not None
+            and (mysqld1 := common.server_cpu(system.dialect, mysqld)) is not None
+        ):
+            server_us = round((mysqld1 - mysqld0) / done * 1e6, 1)
         worker_us = round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None
         life = dict(spawn_rate=done / (elapsed + ready), ready_s=round(ready, 3))
         life |= dict(life_cpu_us_per_job=round(sum(cpu) / done * 1e6, 1) if known else None)
@@ -261,7 +270,8 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         f"Command: `{meta['command']}`; {meta['rounds_done']} of {meta['rounds']} round(s) done, {PROCESSES} worker "
         f"processes x {CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} ({meta['cpus']} "
         f"CPUs), load average {meta['load_before']} before, {meta['load_after']} after. Jobs/s from the workers' go "
-        "to the last job done; worker CPU from the go (+ its PostgreSQL server sessions'); from spawn: imports and "
+        "to the last job done; worker CPU from the go (+ its PostgreSQL server sessions', or the whole "
+        "MariaDB server process's, whatever else it served meanwhile); from spawn: imports and "
         "start-up included; ratio to the dialect's best peer (none: its first system) within each round; medians over "
         "rounds (min-max). Method: bench/README.md, Burn-down; autovacuum as configured "
         f"({meta.get('autovacuum') or 'not read'}).",
