@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import dialects, errors
 from ..client import WorkerRegistration, default_worker_name
-from .batches import BatchHandler, BatchLanes
+from .batches import BatchHandler, BatchLanes, BatchOptions
 from .dispatch import Dispatch, ReserveLoop
-from .model import Handler, Job, RetryRule, Route, RunState, WorkerStats, WorkerStatus, log
+from .model import Handler, Job, Route, RunState, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
 from .runners import RunnerPool
@@ -238,24 +238,11 @@ class WorkerBase:
         self.routes[queue].retry = retry
 
     def add_batch_handler(
-        self,
-        queue: str,
-        fn: BatchHandler,
-        kind: str,
-        *,
-        size: int,
-        linger: float = 0.0,
-        retry: RetryRule | None = None,
-        timeout: float | None = None,
-        store_result: bool = False,
-        every_kind: bool = False,
+        self, queue: str, fn: BatchHandler, kind: str, *, size: int, **options: Unpack[BatchOptions]
     ) -> None:
         """Registers fn for the messages of `kind` on `queue`, up to `size` at a time (a batch
-        handler: see pyqueue_sql.worker.batches, and BatchLanes.add for the arguments)."""
-        self.batches.add(
-            queue, fn, kind, size=size, linger=linger, retry=retry, timeout=timeout,
-            store_result=store_result, every_kind=every_kind,
-        )  # fmt: skip
+        handler: see pyqueue_sql.worker.batches, and BatchLanes.add for the options)."""
+        self.batches.add(queue, fn, kind, size=size, **options)
 
     def batches_idle(self) -> bool:
         """Whether every batch lane's last reserve found nothing (True when there is none)."""

@@ -12,10 +12,16 @@ attempts, result and dead letter. (Committing in the lane, not through the compl
 1.08x against 0.85x of a task's no-op drain on PostgreSQL: the lane's per-job work is less.) Nothing is
 ready: the lane long-polls (queue_wait) for its kind.
 
-While a batch runs its jobs are held as the worker's other jobs are: the heartbeat renews them,
-status() lists them, a stop lets the batch finish (within the shutdown timeout) and hands back the
-jobs of a batch not started. A lane runs one batch at a time; the worker's concurrency is its
-plain handlers' (see docs/tasks.md, "Batch tasks")."""
+A lane keeps the database busy while its function runs: with the worker's prefetch (not 0) it is
+three threads, each with its connection, one reserving the next batch while another runs the
+current one and a third commits the successes of the one before (at most one batch reserved ahead,
+one waiting for its commit). Before a prefetched batch runs, its jobs whose lease ran low meanwhile
+are handed back, as a prefetched job's are. prefetch=0 (run_pending's): one thread does all in turn.
+
+While a batch runs its jobs are held as the worker's other jobs are: the heartbeat renews them (the
+batch reserved ahead's too), status() lists them, a stop lets the batch finish (within the shutdown
+timeout), commits it, and hands back the jobs of a batch not started. A lane runs one batch at a
+time; the worker's concurrency is its plain handlers' (see docs/tasks.md, "Batch tasks")."""
 
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import errors
 from ..dialects import encode_json
@@ -65,6 +71,17 @@ class BatchRoute:
     retry: RetryRule | None = None
     # the lane reserves every kind of its queue, and fails the others (UnknownTaskError)
     every_kind: bool = False
+
+
+class BatchOptions(TypedDict, total=False):
+    """add_batch_handler's options but its size, by name (BatchLanes.add's keyword arguments), for
+    type checkers."""
+
+    linger: float
+    retry: RetryRule | None
+    timeout: float | None
+    store_result: bool
+    every_kind: bool
 
 
 def check_batch(size: object, linger: object) -> None:
