@@ -163,3 +163,40 @@ def test_a_lane_without_prefetch_reserves_only_once_its_batch_is_done(db, dsn, m
         go_on.set()
         worker.stop()
         thread.join(30)
+
+
+def test_a_batch_reserved_ahead_never_runs_after_its_lease(db, dsn, make_queue):
+    # Short leases and a heartbeat that stalls (an on_heartbeat hook blocks its thread): the batch
+    # reserved while a slow first batch runs waits until its lease runs low and is handed back
+    # unstarted (then reserved again), never run on a lapsing reservation; each start is checked
+    # against the lease the worker reserved or extended its jobs for.
+    lease = 1.5
+    q = make_queue()
+    worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False, lease=lease)
+    stalled, slow = threading.Event(), threading.Event()
+
+    def stall(_worker):
+        if not stalled.is_set():
+            stalled.set()
+            time.sleep(4 * lease)
+
+    worker.on_heartbeat.append(stall)
+    starts: list[tuple[str, float]] = []
+
+    def handle(jobs):
+        starts.extend((j.key, j.lease_until - time.monotonic()) for j in jobs)
+        if not slow.is_set():
+            slow.set()
+            time.sleep(2 * lease)  # past the lease of the batch reserved meanwhile
+
+    worker.add_batch_handler(q.name, handle, "k", size=2)
+    q.push_many([(f"k{i}", "k", {}) for i in range(4)])
+    thread = _run(worker)
+    try:
+        _wait(lambda: q.messages() == [], 60, "every message")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert worker.stats.lease_low >= 1, "no job of the batch ahead waited past its lease"
+    assert {k for k, _ in starts} == {f"k{i}" for i in range(4)}
+    assert all(left >= lease / 3 for _, left in starts), starts
