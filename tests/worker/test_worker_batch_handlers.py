@@ -107,62 +107,60 @@ def test_a_lane_whose_queue_is_missing_logs_it_and_drains_once_it_exists(db, dsn
     db.queue(name).drop()
 
 
+class _BlockedLane:
+    """A worker whose batch handler (size 2) blocks until go_on, over four messages: the calls'
+    keys, `running` set at each call."""
+
+    def __init__(self, dsn, q, **settings):
+        self.worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False, lease=30, **settings)
+        self.calls: list[list[str]] = []
+        self.running, self.go_on = threading.Event(), threading.Event()
+        self.worker.add_batch_handler(q.name, self.blocking, "k", size=2)
+        q.push_many([(f"k{i}", "k", {}) for i in range(4)])
+        self.thread = _run(self.worker)
+
+    def blocking(self, jobs):
+        self.calls.append(sorted(j.key for j in jobs))
+        self.running.set()
+        assert self.go_on.wait(30)
+
+    def end(self):
+        self.go_on.set()
+        self.worker.stop()
+        self.thread.join(30)
+
+
 def test_a_lane_reserves_the_next_batch_while_a_batch_runs_and_a_stop_hands_it_back(db, dsn, make_queue):
     # The mechanism of a prefetching lane: while the first batch's handler blocks, the lane has
     # already reserved the second one (4 jobs reserved, 2 started); a stop then lets the running
     # batch finish and commit, and hands the prefetched one back unstarted, its delivery not counted.
     q = make_queue()
-    worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False, lease=30)
-    calls: list[list[str]] = []
-    running, go_on = threading.Event(), threading.Event()
-
-    def blocking(jobs):
-        calls.append(sorted(j.key for j in jobs))
-        running.set()
-        assert go_on.wait(30)
-
-    worker.add_batch_handler(q.name, blocking, "k", size=2)
-    q.push_many([(f"k{i}", "k", {}) for i in range(4)])
-    thread = _run(worker)
+    lane = _BlockedLane(dsn, q)
+    worker = lane.worker
     try:
-        assert running.wait(10)
+        assert lane.running.wait(10)
         _wait(lambda: worker.stats.reserved == 4, 10, "the second batch reserved while the first runs")
-        assert len(calls) == 1
-        worker.stop()
-        go_on.set()
-        thread.join(30)
+        assert len(lane.calls) == 1
+        worker.stop()  # while the first batch runs
     finally:
-        go_on.set()
-        worker.stop()
-    assert len(calls) == 1 and worker.unfinished == []
+        lane.end()
+    assert len(lane.calls) == 1 and worker.unfinished == []
     assert worker.stats.succeeded == 2 and worker.stats.handed_back == 2
     left = {m.key: m.attempts for m in q.messages()}
-    assert sorted(left) == sorted({"k0", "k1", "k2", "k3"} - set(calls[0]))
+    assert sorted(left) == sorted({"k0", "k1", "k2", "k3"} - set(lane.calls[0]))
     assert set(left.values()) == {0}
 
 
 def test_a_lane_without_prefetch_reserves_only_once_its_batch_is_done(db, dsn, make_queue):
-    q = make_queue()
-    worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False, lease=30, prefetch=0)
-    running, go_on = threading.Event(), threading.Event()
-
-    def blocking(jobs):
-        running.set()
-        assert go_on.wait(30)
-
-    worker.add_batch_handler(q.name, blocking, "k", size=2)
-    q.push_many([(f"k{i}", "k", {}) for i in range(4)])
-    thread = _run(worker)
+    lane = _BlockedLane(dsn, make_queue(), prefetch=0)
     try:
-        assert running.wait(10)
+        assert lane.running.wait(10)
         time.sleep(0.5)  # a reserve the lane would make meanwhile has had time to show
-        assert worker.stats.reserved == 2
-        go_on.set()
-        _wait(lambda: worker.stats.succeeded == 4, 20, "both batches")
+        assert lane.worker.stats.reserved == 2
+        lane.go_on.set()
+        _wait(lambda: lane.worker.stats.succeeded == 4, 20, "both batches")
     finally:
-        go_on.set()
-        worker.stop()
-        thread.join(30)
+        lane.end()
 
 
 def test_a_batch_reserved_ahead_never_runs_after_its_lease(db, dsn, make_queue):
