@@ -3,7 +3,8 @@ still finds its own token in that snapshot (the routines locate a message with a
 the write that follows checks the token again on the row as it is now, so the old token changes
 nothing of the new holder's reservation. Deterministic with real connections: the old holder's
 transaction takes its snapshot, its lease ends, another connection reserves the message, and
-the old holder calls in its transaction."""
+the old holder calls in its transaction. (It was answered 1, updated, while nothing changed: the
+check of an unchanged row read the token from the snapshot.)"""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def test_a_progress_set_with_an_old_snapshot_lands_on_no_new_reservation(dsn):
         old.sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         time.sleep(0.4)  # its lease ended
         ((_, _, taken),) = new.reserve(q, timeout=60)
-        old.call("queue_set_progress", q, key, kind, token, '{"stale": 1}')
+        assert old.call("queue_set_progress", q, key, kind, token, '{"stale": 1}') == [(0,)]
         old.sql("COMMIT")
         [(progress,)] = new.sql(
             "SELECT progress FROM pyqueue_message WHERE queue_name = %s AND p_key = %s", q, key
