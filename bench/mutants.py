@@ -1,6 +1,6 @@
 """Mutants of the SQL that the test suite must kill: one substitution each in a copy of the tree,
 {"file": ..., "find": ..., "replace": ..., "note": ...[, "equivalent": "<why>"]} a JSON line; the
-chosen tests (default: the whole contract's model and tests/contract) run against each, after the
+chosen tests (default: the whole contract's model, tests/contract and tests/mysql) run against each, after the
 unmutated copy passes them. Exit 0 only when every mutant not marked equivalent is killed. The
 built-in list: bench/mutants.jsonl; how to read the run: bench/README.md, Mutants."""
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = ROOT / "bench" / "mutants.jsonl"
 COPIED = ("pyqueue_sql", "sql", "migrations", "tests", "examples", "pyproject.toml")
 MODEL = "tests/concurrency/test_model.py::test_the_whole_contract_matches_the_model"
-DEFAULT_TESTS = f"{MODEL} tests/contract"
+DEFAULT_TESTS = f"{MODEL} tests/contract tests/mysql"  # tests/mysql: MySQL/MariaDB only
 
 
 def load(path: Path) -> list[dict]:

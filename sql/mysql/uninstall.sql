@@ -228,6 +228,7 @@ DROP PROCEDURE IF EXISTS pyqueue__check_message_key;
 DROP PROCEDURE IF EXISTS pyqueue__check_queue;
 DROP PROCEDURE IF EXISTS pyqueue__queue;
 DROP PROCEDURE IF EXISTS pyqueue__random_token;
+DROP PROCEDURE IF EXISTS pyqueue__begin_read_committed;
 DROP PROCEDURE IF EXISTS pyqueue__own_transaction;
 DROP PROCEDURE IF EXISTS pyqueue__check_reservation_cap;
 DROP PROCEDURE IF EXISTS pyqueue__raise_size;

@@ -5,3 +5,5 @@ inside (their locks, plans, short ways, charset) is tested in tests/postgresql a
 from __future__ import annotations
 
 from tests.clients import client, connect, loop_thread  # noqa: F401 - the fixtures of this folder
+
+from .lock_sessions import sessions  # noqa: F401 - the lock and token tests' connections

@@ -11,6 +11,8 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from tests import plainsql
 
 LOCK_TIMEOUT = 5  # seconds: a call that must not wait fails after this long if it waits
@@ -96,6 +98,21 @@ class Session(plainsql.Session):
         ((*_, status),) = self.sql("SHOW ENGINE INNODB STATUS")
         mine = f" thread id {backend},"  # "MariaDB thread id" or "MySQL thread id"
         return any(mine in trx and "LOCK WAIT" in trx for trx in status.split("---TRANSACTION")[1:])
+
+
+@pytest.fixture
+def sessions(dsn):
+    """sessions(n): n new Sessions on the test's database, closed after the test."""
+    opened: list[Session] = []
+
+    def make(n: int) -> list[Session]:
+        new = [Session(dsn) for _ in range(n)]
+        opened.extend(new)
+        return new
+
+    yield make
+    for s in opened:
+        s.close()
 
 
 def unique(prefix: str) -> str:

@@ -16,20 +16,6 @@ import pytest
 from .lock_sessions import Call, Session, call_that_waits, unique
 
 
-@pytest.fixture
-def sessions(dsn):
-    opened: list[Session] = []
-
-    def make(n: int) -> list[Session]:
-        new = [Session(dsn) for _ in range(n)]
-        opened.extend(new)
-        return new
-
-    yield make
-    for s in opened:
-        s.close()
-
-
 def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 

@@ -11,21 +11,7 @@ import uuid
 
 import pytest
 
-from .lock_sessions import Session, call_that_waits, unique
-
-
-@pytest.fixture
-def sessions(dsn):
-    opened: list[Session] = []
-
-    def make(n: int) -> list[Session]:
-        new = [Session(dsn) for _ in range(n)]
-        opened.extend(new)
-        return new
-
-    yield make
-    for s in opened:
-        s.close()
+from .lock_sessions import call_that_waits, unique
 
 
 def test_commit_reserve_with_a_token_that_does_not_hold_commits_nothing(sessions):

@@ -459,6 +459,16 @@ def test_a_new_groups_first_message_is_scheduled_at_its_run_at_like_a_message_wi
     assert keys(queue.reserve(n=10, timeout=60)) == ["h-past", "g-past", "plain"]
 
 
+def test_a_later_push_with_the_same_run_at_queues_behind_the_head(queue, check):
+    """Only an earlier run_at swaps a head that was never delivered: pushes of one run_at keep their
+    push order (a push of the same time that took the head's place broke FIFO on ties)."""
+    at = (dt.datetime.now(UTC) - dt.timedelta(minutes=5)).replace(microsecond=250000)
+    queue.push("first", "job", 1, run_at=at, group="g")
+    queue.push("second", "job", 2, run_at=at, group="g")
+    assert check(queue) == {"g": "first"}
+    assert drain_in_order(queue) == ["first", "second"]
+
+
 def test_an_earlier_run_at_does_not_overtake_a_head_that_was_delivered(queue, check):
     past = dt.datetime.now(UTC) - dt.timedelta(hours=1)
     queue.push("a1", "job", 1, group="g")

@@ -469,6 +469,21 @@ def test_lowering_a_limit_never_lets_more_than_the_new_capacity_be_held(queue, r
     assert [r.key for r in queue.reserve(n=5, timeout=60)] == ["b3"]
 
 
+def test_a_slot_left_beyond_a_lowered_capacity_is_not_taken_once_its_holder_ends(queue, raw, dialect):
+    """The holder of a slot beyond a lowered capacity keeps it while live; once it ends first, that
+    slot is never handed out again (the capacity's own slot is still held)."""
+    queue.push_many([(f"b{i}", "bulk", i) for i in range(4)])
+    queue.set_limit("bulk", 2)
+    [b0] = queue.reserve(n=1, timeout=60)
+    [b1] = queue.reserve(n=1, timeout=60)
+    queue.set_limit("bulk", 1)
+    assert queue.commit(b1)  # the later one ends first: its slot lies beyond the capacity
+    assert queue.reserve(n=5, timeout=60) == []
+    assert live(raw, dialect, queue.name, "bulk") == 1
+    assert queue.commit(b0)
+    assert [r.key for r in queue.reserve(n=5, timeout=60)] == ["b2"]
+
+
 def test_lowering_a_limit_below_what_is_held_then_raising_it(queue, raw, dialect):
     queue.push_many([(f"b{i}", "bulk", i) for i in range(6)])
     queue.set_limit("bulk", 3)

@@ -252,6 +252,20 @@ BEGIN
     END IF;
 END //
 
+-- pyqueue__begin_read_committed: the start of a locking read that inserts the row when it finds none (queue_create's
+-- queue row, pyqueue__schedule's schedule row). In a transaction of its own (in_own = 1) it starts that transaction at
+-- READ COMMITTED: no gap locks, so creators of new rows never deadlock on the gap the missing rows share; in the
+-- caller's transaction it does nothing. Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__begin_read_committed //
+CREATE PROCEDURE pyqueue__begin_read_committed(IN in_own INT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_own = 1 THEN
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
+    END IF;
+END //
+
 -- pyqueue__random_token: a random version 4 UUID (CHAR(36), lower case): the token of an extend, of a limited reserve
 -- and of a dead-letter claim, and the per-call secret from which a reserve or pop derives the token of each row it
 -- claims, token(secret, id) = the version 4 layout of SHA2(CONCAT(secret, id), 256): unguessable without the secret,

@@ -66,11 +66,7 @@ BEGIN
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
-            IF v_own = 1 THEN
-                -- (no gap locks: creators of new queues never deadlock on the gap the missing rows share)
-                SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-                START TRANSACTION;
-            END IF;
+            CALL pyqueue__begin_read_committed(v_own);
             REPEAT
                 SET v_new = 0;
                 -- the queue row locked (a locking read: the latest row, whatever the caller's snapshot), so that the

@@ -505,7 +505,8 @@ END //
 -- SQL NULL) on the reservation in_token holds, without changing its token or its lease. Result: one row, updated = 1,
 -- or 0 when the token no longer holds (nothing written). The progress stays across rollback, fail, snooze and extend
 -- (it goes only with the message), and is copied into the message's result row. Steps: locate by key and token
--- (plain read), one UPDATE by id and token. Locks: the message row, for one statement.
+-- (plain read), one UPDATE by id and token (when it changed no row, a locking read of the token). Locks: the message
+-- row, for one statement (or until the caller's transaction ends).
 DROP PROCEDURE IF EXISTS queue_set_progress //
 CREATE PROCEDURE queue_set_progress(
     IN in_queue    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -541,9 +542,11 @@ BEGIN
     IF v_id > 0 THEN
         UPDATE pyqueue_message FORCE INDEX (PRIMARY) SET progress = v_progress WHERE id = v_id AND reserve_token = v_held;
         SET v_done = ROW_COUNT();
-        IF v_done = 0 THEN  -- the same progress again changes no row: still held?
+        IF v_done = 0 THEN  -- the same progress again changes no row: still held? (a locking read: the row as
+                            -- it is now, not a caller's snapshot older than a takeover, which still shows the token)
             SELECT COUNT(*) INTO v_done FROM pyqueue_message m FORCE INDEX (PRIMARY)
-             WHERE m.id = v_id AND m.reserve_token = v_held;
+             WHERE m.id = v_id AND m.reserve_token = v_held
+              LOCK IN SHARE MODE;
         END IF;
     END IF;
     SELECT v_done AS updated;
