@@ -91,8 +91,14 @@ def refuse_older(
             f"pyqueue-sql {version} needs schema revision {ours}, this database is at "
             f"{_shown(heads)}: run `pyqueue-sql migrate` first (docs/operations.md, Upgrading)"
         )
-    package = [n for (k, n), d in (recorded or {}).items() if k == PACKAGE and d != sources_digest(dialect)]
-    if package and version_tuple(package[0]) < version_tuple(version):
+    # an older release's record, unless its SQL is this version's (the digest, read from the package's
+    # SQL files, only then: a worker's start at the current release skips it)
+    package = [
+        n
+        for (k, n), d in (recorded or {}).items()
+        if k == PACKAGE and version_tuple(n) < version_tuple(version) and d != sources_digest(dialect)
+    ]
+    if package:
         raise SchemaNotInstalledError(
             f"pyqueue-sql {version} needs its routines, this database has those of {package[0]}: "
             "run `pyqueue-sql migrate` first (docs/operations.md, Upgrading)"

@@ -163,3 +163,25 @@ def test_the_worker_check_reads_the_head_alembic_finds_without_alembic():
     known, ours = schema_version.revisions()
     assert ours == migrate.head()
     assert known == {r.revision for r in migrate._script().walk_revisions()}
+
+
+def test_the_worker_check_reads_the_sql_digest_only_for_an_older_release(monkeypatch):
+    """The routines of an older release (its record's digest not this version's SQL) are refused; the
+    digest, read from the package's SQL files, is computed only for a record of an older release, so
+    a worker's start at the current release skips it."""
+    from pyqueue_sql import schema_version
+    from pyqueue_sql.errors import SchemaNotInstalledError
+
+    ours = schema_version.revisions()[1]
+    digest = schema_version.sources_digest("postgresql")
+    older = {(schema_version.PACKAGE, "pyqueue-sql 0.0.1"): "0" * 32}
+    with pytest.raises(
+        SchemaNotInstalledError, match="needs its routines, this database has those of pyqueue-sql 0.0.1"
+    ):
+        schema_version.refuse_older((ours,), older, "postgresql")
+    schema_version.refuse_older(
+        (ours,), {(schema_version.PACKAGE, "pyqueue-sql 0.0.1"): digest}, "postgresql"
+    )
+    monkeypatch.setattr(schema_version, "sources_digest", lambda dialect: pytest.fail("digest read"))
+    current = {(schema_version.PACKAGE, f"pyqueue-sql {__version__}"): "0" * 32}
+    schema_version.refuse_older((ours,), current, "postgresql")
