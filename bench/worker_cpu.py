@@ -5,6 +5,7 @@ builds it, and its server sessions, variants alternated (bare_loop: the floor). 
     python -m bench worker-cpu --quick                # 1 round of 2,000
     python -m bench worker-cpu --rounds 1 --profile 40
     python -m bench worker-cpu --rounds 3 --variant bare
+    python -m bench worker-cpu --rounds 3 --variant asyncio   # AsyncWorker, an async def no-op
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ CONCURRENCY = 16
 
 
 def _noop(job) -> None:
+    pass
+
+
+async def _async_noop(job) -> None:
     pass
 
 
@@ -80,8 +85,14 @@ def bare_loop(dsn: str, jobs: int, ended) -> None:
 
 
 def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | None = None) -> dict:
-    """One Worker, built as cmd_worker builds it, drains the backlog (settings "bare": bare_loop)."""
-    if settings != "bare":
+    """One Worker, built as cmd_worker builds it, drains the backlog (settings "bare": bare_loop;
+    "asyncio": an AsyncWorker with an async def no-op handler, its defaults otherwise)."""
+    if settings == "asyncio":
+        from pyqueue_sql.aio import AsyncWorker
+
+        worker = AsyncWorker(dsn, concurrency=CONCURRENCY)
+        worker.add_handler(QUEUE, _async_noop, None, retry=RetryPolicy(), timeout=None)
+    elif settings != "bare":
         worker = Worker(dsn, **{"concurrency": CONCURRENCY, **(settings or {})})
         worker.add_handler(QUEUE, _noop, None, retry=RetryPolicy(), timeout=None)
     counter = common.raw_connect("postgresql", dsn)
@@ -106,7 +117,12 @@ def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | Non
         bare_loop(dsn, jobs, lambda: seen.update(after=common.sessions_cpu(cur)))
     else:
         threading.Thread(target=watch, daemon=True).start()
-        worker.run(install_signals=False)
+        if settings == "asyncio":
+            import asyncio
+
+            asyncio.run(worker.run(install_signals=False))
+        else:
+            worker.run(install_signals=False)
     cpu1, t1 = common.own_cpu(), time.perf_counter()
     if profile:
         yappi.stop()
@@ -122,6 +138,7 @@ def main() -> None:
         ("--rounds", 5, "rounds; each drains once per variant, the order rotating"),
         ("--jobs", 20000, "no-op jobs per drain"),
         ("--profile", 0, "then one drain under yappi: the N functions with the most own CPU"),
+        ("--profile-variant", "as installed", "the variant of the --profile drain"),
         ("--quick", False, "1 round of 2,000 jobs; writes to bench/results/"),
         ("--out", None, "directory of worker-cpu.md/.json (default bench/latest, --quick bench/results)"),
     )
@@ -142,7 +159,7 @@ def main() -> None:
     traced = tracing.api() is not None
     settings_of: dict[str, dict | str] = {"as installed": {}, **({"no tracing": {}} if traced else {})}
     for text in args.variant:
-        settings_of[text] = "bare" if text == "bare" else common.worker_settings(text)
+        settings_of[text] = text if text in ("bare", "asyncio") else common.worker_settings(text)
     results: list[dict] = []
     meta = dict(command=common.command(), started=common.now_utc(), load_before=common.loadavg())
     meta |= dict(rounds=args.rounds, jobs=args.jobs)
@@ -166,7 +183,7 @@ def main() -> None:
                 )
         if args.profile:
             common.push_jobs(dsn, args.jobs, QUEUE, serial)
-            drain(dsn, args.jobs, profile=True)
+            drain(dsn, args.jobs, profile=True, settings=settings_of[args.profile_variant] or None)
             import yappi
 
             stats = yappi.get_func_stats()

@@ -35,10 +35,12 @@ forced stop, the worker registry, reconnects, the logs on the
     together (group commit): one queue_commit_batch for them and one
     queue_commit_reserve that commits one more and reserves a next message for
     each of them;
-  * each async def handler runs as a task of its own, which a cancel of its
-    message cancels (the heartbeat's queue_renew, or the watcher's quick poll:
-    see pyqueue_sql.worker, "Results, cancellation and progress"); progress and
-    the cancel poll use one more connection (the watcher's), opened when needed;
+  * each async def handler's coroutine is awaited by the handler task itself,
+    in a context of its own (contextvars, as a task of its own would have); a
+    cancel of its message cancels the handler task while it awaits that
+    coroutine (the heartbeat's queue_renew, or the watcher's quick poll: see
+    pyqueue_sql.worker, "Results, cancellation and progress"); progress and the
+    cancel poll use one more connection (the watcher's), opened when needed;
   * a stop that hits the deadline, or a forced one, cancels the handler tasks
     still running: their messages come back when their lease ends (a handler
     that raises CancelledError by itself fails its message as any error does).
@@ -52,8 +54,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import inspect
 import signal
+import sys
 import time
 import types
 from collections.abc import Awaitable, Callable
@@ -110,6 +114,9 @@ if TYPE_CHECKING:
 __all__ = ["AsyncJob", "AsyncWorker", "RetryPolicy", "WorkerStats", "WorkerStatus"]
 
 
+_UNCANCEL = sys.version_info >= (3, 11)  # Task.uncancel: a task counts the cancels asked of it
+
+
 @dataclass
 class AsyncJob(Job):
     """A reserved message handed to an async handler (the same fields as Job)."""
@@ -149,6 +156,59 @@ def _resolve(pending: _PendingCommit, result: Any) -> None:
         pending.fut.set_exception(result)
     else:
         pending.fut.set_result(result)
+
+
+class _TaskCancel:
+    """job.on_cancel while a coroutine handler runs in its handler task (any thread may call it):
+    cancels that task on the loop's thread if it still awaits the job's handler then (a cancel
+    that comes after the handler ended is dropped, never delivered to the task's next await)."""
+
+    __slots__ = ("job", "task", "asked")
+
+    def __init__(self, job: Job, task: asyncio.Task) -> None:
+        self.job = job
+        self.task = task
+        self.asked = False  # the task was cancelled for it
+
+    def __call__(self) -> None:
+        try:
+            self.task.get_loop().call_soon_threadsafe(self.now)
+        except RuntimeError:  # the loop has closed
+            pass
+
+    def now(self) -> None:
+        if self.job.on_cancel is self and not self.asked:
+            self.asked = True
+            self.task.cancel()
+
+
+class _InContext:
+    """Awaits a coroutine with each of its steps run in the given context, as a task of its own
+    runs it: what a handler sets in contextvars stays its job's (a handler task runs many jobs)."""
+
+    __slots__ = ("coro", "run")
+
+    def __init__(self, coro: types.CoroutineType, context: contextvars.Context) -> None:
+        self.coro = coro
+        self.run = context.run
+
+    def __await__(self) -> _InContext:
+        return self
+
+    def __iter__(self) -> _InContext:
+        return self
+
+    def __next__(self) -> Any:
+        return self.run(self.coro.send, None)
+
+    def send(self, value: Any) -> Any:
+        return self.run(self.coro.send, value)
+
+    def throw(self, *exc: Any) -> Any:
+        return self.run(self.coro.throw, *exc)
+
+    def close(self) -> None:
+        self.run(self.coro.close)
 
 
 class _AsyncConnection:
@@ -244,7 +304,8 @@ class _LoopEvents:
 class _HandlerTasks:
     """The handler tasks: up to `concurrency` at once, each runs its message (Dispatch.serve_steps)
     and those its commits reserve, then the prefetched ones that wait; how a handler is called
-    (a coroutine as a task of its own that a cancel cancels, a plain function on a runner thread);
+    (a coroutine function's coroutine awaited in the handler task, which a cancel cancels while
+    it awaits it; another awaitable as a task of its own; a plain function on a runner thread);
     and, at the stop, the wait for them until the deadline."""
 
     def __init__(self, worker: AsyncWorker) -> None:
@@ -278,14 +339,15 @@ class _HandlerTasks:
         """A handler task: runs its message (and those its commits reserve), then the prefetched
         ones that wait, until none is left."""
         execute, handle, in_use = self.execute, self.handle, tracing.in_use
+        task = asyncio.current_task()
 
         def run(op: Any) -> Awaitable[Any]:
             # a job's two operations (Handle, Acquire) without the table's lookup: once a job each
             kind = type(op)
             if kind is Handle:
                 if in_use() is None:  # no OpenTelemetry: no span (tracing.handle_traced_async)
-                    return handle(op)
-                return tracing.handle_traced_async(op.job, lambda: handle(op))
+                    return handle(op, task)
+                return tracing.handle_traced_async(op.job, lambda: handle(op, task))
             if kind is Acquire:
                 return op.lock.acquire()
             return execute(op, None)
@@ -317,35 +379,31 @@ class _HandlerTasks:
         finally:
             job.on_cancel = None
 
-    async def handle(self, op: Handle) -> BaseException | None:
+    async def handle(self, op: Handle, task: asyncio.Task | None = None) -> BaseException | None:
+        """Runs the job's handler (in `task`, the handler task that runs it: the current one)."""
         job = op.job
         if op.timeout is not None:
             return await handle_timed_async(op, self.cancellable, self.runners)
         try:
-            if job.runs_async:  # as cancellable does, inline (once a job)
-                loop = asyncio.get_running_loop()
+            if job.runs_async:
                 coro = op.fn(job)
-                # a coroutine function's coroutine: its task made at once (ensure_future's checks
-                # are for other awaitables)
-                task = (
-                    loop.create_task(coro)
-                    if type(coro) is types.CoroutineType
-                    else asyncio.ensure_future(coro)
-                )
-
-                def cancel() -> None:
-                    try:
-                        loop.call_soon_threadsafe(task.cancel)
-                    except RuntimeError:  # the loop has closed
-                        pass
-
+                if type(coro) is not types.CoroutineType:  # another awaitable: a task of its own
+                    job.result = await self.cancellable(job, coro)
+                    return None
+                # A coroutine function's coroutine is awaited in the handler task itself, not as a
+                # task of its own (which costs two hops of the loop a job); a cancel of the job
+                # cancels the handler task while it awaits it (_TaskCancel).
+                if job._cancel_asked():  # cancelled before it started: its body never runs
+                    coro.close()
+                    raise asyncio.CancelledError
+                cancel = _TaskCancel(job, task or asyncio.current_task())
                 job.on_cancel = cancel
-                if job._cancel_asked():
-                    task.cancel()
                 try:
-                    job.result = await task
+                    job.result = await _InContext(coro, contextvars.copy_context())
                 finally:
                     job.on_cancel = None
+                    if cancel.asked and _UNCANCEL:  # the task's count of cancels asked, back to 0
+                        cancel.task.uncancel()
             else:
                 # a plain function: on a runner thread (worker/runners.py), so that it does not block
                 # the loop; up to `concurrency` of them at once (asyncio's default executor would

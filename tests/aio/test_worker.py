@@ -9,6 +9,7 @@ tests/worker/test_worker.py and tests/faults/test_faults.py parametrize them by 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 
 import pytest
@@ -234,6 +235,51 @@ def test_a_forced_stop_abandons_running_handlers_and_hands_their_messages_back(d
     assert worker.unfinished == [f"{queue.name}/stuck/k"]
     s = queue.stats()
     assert (s.reserved, s.ready) == (0, 1), "an abandoned message is handed back at the stop"
+
+
+_SET_BY = contextvars.ContextVar("set_by", default=None)
+
+
+def test_a_handler_task_runs_each_message_in_a_context_of_its_own_and_a_cancel_stays_with_its_message(
+    dsn, queue
+):
+    """A handler task awaits the coroutine of each message it runs itself (no task a message): a
+    contextvar one handler sets is not seen by the next message's, and the cancel of a message
+    (which cancels the handler task while it awaits that coroutine) is not left on the task for
+    the next one (Task.cancelling() back to 0, its awaits not cancelled)."""
+    slow_started = threading.Event()
+    ran: list[tuple] = []
+    worker = AsyncWorker(dsn, concurrency=1, poll_fallback=0.5, lease=30)
+
+    @worker.handler(queue.name, "slow")
+    async def slow(job):
+        _SET_BY.set(job.key)
+        ran.append((job.key, id(asyncio.current_task())))
+        slow_started.set()
+        await asyncio.sleep(60)
+
+    @worker.handler(queue.name, "quick")
+    async def quick(job):
+        task = asyncio.current_task()
+        cancelling = task.cancelling() if hasattr(task, "cancelling") else 0  # Python 3.11+
+        seen = _SET_BY.get()
+        await asyncio.sleep(0.05)  # a cancel left on the task would land here
+        ran.append((job.key, id(task), seen, cancelling))
+
+    # w0 alone first (no prefetch before a handler has finished), then the rest in one reserve:
+    # the one handler task runs w1, slow, then n1 and n2 that wait for it meanwhile
+    queue.push("w0", "quick", {})
+    queue.push("w1", "quick", {})
+    queue.push("slow", "slow", {})
+    queue.push_many([("n1", "quick", {}), ("n2", "quick", {})])
+    with running(worker):
+        assert slow_started.wait(15)
+        assert queue.cancel("slow", "slow") == "requested"
+        wait_for(lambda: len(ran) == 5 and _drained(queue), 15, "the cancel and the rest")
+    assert worker.stats.cancelled == 1 and worker.stats.succeeded == 4
+    by_key = {r[0]: r for r in ran}
+    assert by_key["n1"][1] == by_key["slow"][1], "n1 ran in the cancelled message's handler task"
+    assert by_key["n1"][2:] == (None, 0) and by_key["n2"][2:] == (None, 0), ran
 
 
 def test_registers_while_running_and_deregisters_on_stop(dsn, db, queue):
