@@ -14,6 +14,7 @@ import functools
 import logging
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from . import dialects
 from ._resources import migrations_dir
@@ -111,7 +112,8 @@ def _text(value: object) -> str:
 
 def _read(dsn: str) -> tuple[tuple[str, ...], dict[tuple[str, str], str] | None, str]:
     """The recorded revisions, what the last migrate recorded (None unless at the head and
-    pyqueue_installed exists) and the dialect's name, on an autocommit connection of the driver.
+    pyqueue_installed exists) and the dialect's name, on an autocommit connection of the driver:
+    one statement (schema_state) when both tables can be read, else the three below it.
     Raises when the version table cannot be read (absent, or not readable by the role)."""
     dialect = dialects.for_dsn(dsn)
     queries = migration_queries(dialect.name)
@@ -119,23 +121,42 @@ def _read(dsn: str) -> tuple[tuple[str, ...], dict[tuple[str, str], str] | None,
     try:
         cursor = connection.cursor()
         try:
-            # no version table (not installed, or unreadable): an error, so nothing is refused
-            cursor.execute("SELECT version_num FROM pyqueue_alembic_version")  # VERSION_TABLE
-            heads = tuple(sorted(_text(v) for (v,) in cursor.fetchall()))
-            if heads != (head(),):
-                return heads, None, dialect.name
-            cursor.execute(queries["installed_table"])
-            [(count,)] = cursor.fetchall()
-            if not int(count):
-                return heads, None, dialect.name
-            cursor.execute(queries["installed_records"])
-            recorded = {(_text(k), _text(n)): _text(d) for k, n, d in cursor.fetchall()}
-            return heads, recorded, dialect.name
+            try:
+                cursor.execute(queries["schema_state"])
+                rows = cursor.fetchall()
+            except Exception:  # a table absent or unreadable: asked one at a time below
+                rows = None
+            if rows is not None:
+                heads = tuple(sorted(_text(k) for what, k, _, _ in rows if _text(what) == "revision"))
+                if heads != (head(),):
+                    return heads, None, dialect.name
+                recorded = {
+                    (_text(k), _text(n)): _text(d) for what, k, n, d in rows if _text(what) == "installed"
+                }
+                return heads, recorded, dialect.name
+            return _read_apart(cursor, queries, dialect.name)
         finally:
             cursor.close()
     finally:
         with contextlib.suppress(Exception):
             connection.close()
+
+
+def _read_apart(
+    cursor: Any, queries: Mapping[str, str], dialect: str
+) -> tuple[tuple[str, ...], dict[tuple[str, str], str] | None, str]:
+    """_read one table at a time, when schema_state failed: no version table (not installed, or
+    unreadable) raises, so nothing is refused; no pyqueue_installed: nothing recorded."""
+    cursor.execute("SELECT version_num FROM pyqueue_alembic_version")  # VERSION_TABLE
+    heads = tuple(sorted(_text(v) for (v,) in cursor.fetchall()))
+    if heads != (head(),):
+        return heads, None, dialect
+    cursor.execute(queries["installed_table"])
+    [(count,)] = cursor.fetchall()
+    if not int(count):
+        return heads, None, dialect
+    cursor.execute(queries["installed_records"])
+    return heads, {(_text(k), _text(n)): _text(d) for k, n, d in cursor.fetchall()}, dialect
 
 
 def require_schema(dsn: str) -> None:

@@ -89,6 +89,21 @@ def cmd_workers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _NoneOfThem:
+    """What no handler is an instance of (see _task_types)."""
+
+
+def _task_types() -> tuple[type, type]:
+    """(App, Task) for the isinstance checks of `pyqueue-sql worker`'s target; when no module has
+    imported pyqueue_sql.tasks (a plain handler function), the target is neither, and the start
+    does not load the tasks' modules for the question."""
+    if __name__.rsplit(".", 2)[0] + ".tasks" not in sys.modules:
+        return _NoneOfThem, _NoneOfThem
+    from ..tasks import App, Task
+
+    return App, Task
+
+
 def load_handler(spec: str) -> Any:
     """What MODULE:OBJECT names: a pyqueue_sql.App, a Worker / AsyncWorker, or one handler function.
     An error importing the module is one line (UsageError), not a traceback."""
@@ -112,8 +127,9 @@ def load_handler(spec: str) -> Any:
             target = getattr(target, part)
         except AttributeError:
             raise UsageError(f"{module_name!r} has no attribute {attr!r}") from None
-    from ..tasks import App, Task
     from ..worker import WorkerBase
+
+    App, Task = _task_types()
 
     if isinstance(target, Task):
         return target  # not a handler (it takes its own arguments, not a Job): served through its App
@@ -279,10 +295,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import logging
     import threading
 
-    from ..tasks import App, Task
     from ..worker import RetryPolicy, Worker, WorkerBase
 
     target = load_handler(args.handler_spec)
+    App, Task = _task_types()
     if args.processes > 1:
         return _supervise(args, target)
     task = None

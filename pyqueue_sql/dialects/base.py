@@ -670,6 +670,10 @@ class Listener:
         a LISTEN cannot last (asked of dialects with LISTEN only)."""
         return False
 
+    def shares_session_with(self, connection: Connection, other: Connection) -> bool:
+        """shares_sessions on a client connection already open to the same DSN (and idle)."""
+        return False
+
     async def shares_sessions_async(self, connection: AsyncConnection, dsn: str) -> bool:
         """shares_sessions on an asyncio connection."""
         return False

@@ -384,12 +384,17 @@ class PostgreSQLListener(Listener):
         client loses. Two live direct connections never share a backend; a pooler hands the idle
         session it just got back to the next client (PgBouncer's default, server_round_robin = 0).
         connection: autocommit, outside a transaction."""
-        mine = _backend_pid(connection)
         other = self.dialect.connect(dsn)
         try:
-            return _backend_pid(other) == mine
+            return self.shares_session_with(connection, other)
         finally:
             other.close()
+
+    def shares_session_with(self, connection: Connection, other: Connection) -> bool:
+        """shares_sessions on a client connection already open to the same DSN (and idle): the
+        worker's completer's, so that the check opens no connection of its own."""
+        mine = _backend_pid(connection)
+        return _backend_pid(other) == mine
 
     async def shares_sessions_async(self, connection: AsyncConnection, dsn: str) -> bool:
         """shares_sessions on a psycopg AsyncConnection."""

@@ -266,6 +266,7 @@ class _RunThreads:
         self.worker = worker
         self.threads: list[threading.Thread] = []  # the handler threads
         self.lanes: list[threading.Thread] = []  # the batch kinds' (batches.py)
+        self.completer_conn: _Connection | None = None  # the completer's (see Worker._shares_sessions)
 
     def start(self) -> None:
         w = self.worker
@@ -283,7 +284,8 @@ class _RunThreads:
         self.heartbeat.start()
         # Its role in the logs and metrics is "handler": the connection that records what the
         # handlers did, as the handler threads themselves do for failures and hand-backs.
-        w.completer.start(_Connection(w, "handler"))
+        self.completer_conn = _Connection(w, "handler")
+        w.completer.start(self.completer_conn)
         self.watcher = threading.Thread(
             target=self.loop_on,
             args=(_Connection(w, "watch"), w.watch.loop_steps()),
@@ -579,13 +581,38 @@ class Worker(WorkerBase):
     # -- dispatcher ------------------------------------------------------------
     def _on_dispatcher_connect(self, db: Database) -> None:
         if self.use_listen:
-            if self.dialect.listener.shares_sessions(db.connection, self.dsn_for("dispatcher")):
+            if self._shares_sessions(db):
                 raise listen_refused(self)
             channels = [db.queue(q).channel() for q in self.routes]
             self.dialect.listener.listen(db.connection, channels)
             self.state.channels = dict(zip(channels, self.routes))
         # After a (re)connect, anything pushed meanwhile must be looked at.
         self.state.wake_queues.update(self.routes)
+
+    def _shares_sessions(self, db: Database) -> bool:
+        """The listener's shares_sessions (a transaction pooler would lose the LISTEN). Before the
+        first reserve, when the dispatcher connects to the handlers' DSN, the other connection it
+        asks is the completer's, opened now and kept for its first commit (the completer has had
+        nothing to commit yet, so it is idle): a start opens no connection for the check alone."""
+        dsn, spare = self.dsn_for("dispatcher"), self._run_threads.completer_conn
+        if (
+            spare is None
+            or spare.db is not None
+            or self.state.stats.reserved
+            or dsn != self.dsn_for(spare.role)
+        ):
+            return self.dialect.listener.shares_sessions(db.connection, dsn)
+        other = connect(dsn)
+        try:
+            shared = self.dialect.listener.shares_session_with(db.connection, other.connection)
+        except BaseException:
+            other.close()
+            raise
+        if shared:
+            other.close()
+        else:
+            spare.db = other
+        return shared
 
     def _start_jobs(self, jobs: list[Job]) -> None:
         wake, inflight = self._watch_wake.set, self.inflight

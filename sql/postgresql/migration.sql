@@ -157,6 +157,14 @@ SELECT kind, name, digest FROM pyqueue_installed
 SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = current_schema() AND c.relname = 'pyqueue_installed'
 
+-- name: schema_state
+-- What `pyqueue-sql worker` checks before it starts (pyqueue_sql.schema_version), in one round
+-- trip: the recorded revisions, then what the last migrate recorded. An error (no version table,
+-- no pyqueue_installed, a role that cannot read them) sends the check to the statements above.
+SELECT 'revision' AS what, version_num AS kind, NULL AS name, NULL AS digest FROM pyqueue_alembic_version
+UNION ALL
+SELECT 'installed', kind, name, digest FROM pyqueue_installed
+
 -- name: installed_clear
 DELETE FROM pyqueue_installed
 

@@ -146,3 +146,5 @@ def test_the_worker_command_runs_its_first_job_without_what_it_does_not_use(dsn,
     other_driver = DRIVERS["mysql" if dialect == "postgresql" else "postgresql"]
     assert DRIVERS[dialect] in modules
     assert loaded(modules, (*HEAVY, other_driver)) == []
+    # a plain handler function: nothing imported the tasks, so the target is no App and no Task
+    assert loaded(modules, ("pyqueue_sql.tasks",)) == []

@@ -185,3 +185,26 @@ def test_the_worker_check_reads_the_sql_digest_only_for_an_older_release(monkeyp
     monkeypatch.setattr(schema_version, "sources_digest", lambda dialect: pytest.fail("digest read"))
     current = {(schema_version.PACKAGE, f"pyqueue-sql {__version__}"): "0" * 32}
     schema_version.refuse_older((ours,), current, "postgresql")
+
+
+def test_the_worker_check_reads_the_schema_in_one_statement(fresh_database):
+    """`pyqueue-sql worker`'s schema check on a database at the head: one statement
+    (schema_state) returns what the three of the fallback return."""
+    from pyqueue_sql import schema_version
+    from pyqueue_sql.queries import migration_queries
+
+    dsn = fresh_database("onecheck")
+    migrate.upgrade(dsn)
+    dialect = dialects.for_dsn(dsn)
+    queries = migration_queries(dialect.name)
+    conn = dialect.connect(dsn)
+    try:
+        cursor = conn.cursor()
+        cursor.execute(queries["schema_state"])  # an error here: the start pays three round trips
+        assert cursor.fetchall()
+        apart = schema_version._read_apart(cursor, queries, dialect.name)
+        cursor.close()
+    finally:
+        conn.close()
+    assert apart[1]  # at the head: what migrate recorded
+    assert schema_version._read(dsn) == apart
