@@ -71,3 +71,57 @@ def test_the_probe_below_priority_0_reads_one_entry_behind_a_held_snapshots_dead
             report.sql("ROLLBACK")
             report.close()
             probe.close()
+
+
+def candidates_read(k: int, mark: tuple[str, int] | None) -> str:
+    """pyqueue__claim_short_batch's read of candidates, as the routine has it: from the queue's start (mark None)
+    or from a first candidate (scheduled_at, id) as a session's mark starts it."""
+    body = (
+        ROUTINES.read_text().split("CREATE PROCEDURE pyqueue__claim_short_batch(", 1)[1].split("END //", 1)[0]
+    )
+    [read] = re.findall(r"FROM \((SELECT m\.id, m\.scheduled_at\s+FROM pyqueue_message m .*?LIMIT v_k)\) AS d", body, re.S)
+    at, below = (f"'{mark[0]}'", str(mark[1] - 1)) if mark else ("NULL", "NULL")
+    sql = " ".join(read.split()).replace("in_queue", "'held.ready'").replace("v_now", "UTC_TIMESTAMP(6)")
+    return sql.replace("v_at", at).replace("v_id", below).replace("v_k", str(k))
+
+
+def plan(conn, sql: str) -> dict:
+    [(text,)] = plainsql.run(conn, "ANALYZE FORMAT=JSON " + sql)
+    found = json.loads(text)["query_block"]
+    assert "filesort" not in json.dumps(found), found  # read in the index's order
+    return found["nested_loop"][0]["table"]
+
+
+def test_the_batch_candidates_are_a_range_read_and_from_a_mark_skip_a_held_snapshots_dead_entries(installed_database):
+    """The read of candidates is a range read of the ready index up to now (its end checked as it goes: the
+    statistics, which leave delete-marked rows out, made the optimizer read by the queue and priority alone,
+    `scheduled_at <= now` a filter) and, from a session's mark, starts past the entries the churn left."""
+    dsn = installed_database("heldready")
+    report, probe = plainsql.Session(dsn), plainsql.Session(dsn)
+    if pages(probe.conn, "SELECT 1 FROM pyqueue_message m LIMIT 1") is None:
+        pytest.skip("ANALYZE's r_engine_stats: MariaDB 10.9 or later")
+    with pyqueue_sql.connect(dsn) as db:
+        queue = db.queue("held.ready").create(visibility_timeout=300)
+        try:
+            report.sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            report.sql("SELECT count(*) FROM pyqueue_queue")
+            for i in range(0, 4 * CHURNED, 100):
+                queue.push_many([(f"k{j}", "job", {}) for j in range(i, i + 100)])
+                assert queue.commit_many(queue.reserve(n=100)) == 100
+            queue.push_many([(f"live{j}", "job", {}) for j in range(50)])
+            # the statistics as InnoDB's own recalculation leaves them: 50 rows (purge-blocked entries not counted)
+            plainsql.run(probe.conn, "ANALYZE TABLE pyqueue_message")
+            rows = plainsql.run(probe.conn, candidates_read(50, None))
+            assert len(rows) == 50
+            start = plan(probe.conn, candidates_read(50, None))
+            assert start["access_type"] == "range" and "scheduled_at" in start["used_key_parts"], start
+            first = min(rows, key=lambda r: (r[1], r[0]))
+            marked = plan(probe.conn, candidates_read(50, (str(first[1]), int(first[0]))))
+            assert marked["r_rows"] == 50, marked
+            read, whole = marked["r_engine_stats"]["pages_accessed"], start["r_engine_stats"]["pages_accessed"]
+            # (both count the optimizer's dives into the index; the read from the start, some 20 pages of dead entries)
+            assert whole - read >= 10, (read, whole)
+        finally:
+            report.sql("ROLLBACK")
+            report.close()
+            probe.close()
