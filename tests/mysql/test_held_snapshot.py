@@ -79,7 +79,9 @@ def candidates_read(k: int, mark: tuple[str, int] | None) -> str:
     body = (
         ROUTINES.read_text().split("CREATE PROCEDURE pyqueue__claim_short_batch(", 1)[1].split("END //", 1)[0]
     )
-    [read] = re.findall(r"FROM \((SELECT m\.id, m\.scheduled_at\s+FROM pyqueue_message m .*?LIMIT v_k)\) AS d", body, re.S)
+    [read] = re.findall(
+        r"FROM \((SELECT m\.id, m\.scheduled_at\s+FROM pyqueue_message m .*?LIMIT v_k)\) AS d", body, re.S
+    )
     at, below = (f"'{mark[0]}'", str(mark[1] - 1)) if mark else ("NULL", "NULL")
     sql = " ".join(read.split()).replace("in_queue", "'held.ready'").replace("v_now", "UTC_TIMESTAMP(6)")
     return sql.replace("v_at", at).replace("v_id", below).replace("v_k", str(k))
@@ -92,7 +94,9 @@ def plan(conn, sql: str) -> dict:
     return found["nested_loop"][0]["table"]
 
 
-def test_the_batch_candidates_are_a_range_read_and_from_a_mark_skip_a_held_snapshots_dead_entries(installed_database):
+def test_the_batch_candidates_are_a_range_read_and_from_a_mark_skip_a_held_snapshots_dead_entries(
+    installed_database,
+):
     """The read of candidates is a range read of the ready index up to now (its end checked as it goes: the
     statistics, which leave delete-marked rows out, made the optimizer read by the queue and priority alone,
     `scheduled_at <= now` a filter) and, from a session's mark, starts past the entries the churn left."""
@@ -118,7 +122,10 @@ def test_the_batch_candidates_are_a_range_read_and_from_a_mark_skip_a_held_snaps
             first = min(rows, key=lambda r: (r[1], r[0]))
             marked = plan(probe.conn, candidates_read(50, (str(first[1]), int(first[0]))))
             assert marked["r_rows"] == 50, marked
-            read, whole = marked["r_engine_stats"]["pages_accessed"], start["r_engine_stats"]["pages_accessed"]
+            read, whole = (
+                marked["r_engine_stats"]["pages_accessed"],
+                start["r_engine_stats"]["pages_accessed"],
+            )
             # (both count the optimizer's dives into the index; the read from the start, some 20 pages of dead entries)
             assert whole - read >= 10, (read, whole)
         finally:
