@@ -654,13 +654,13 @@ BEGIN
     DECLARE v_from BOOLEAN DEFAULT FALSE;
     SET out_ids = '', out_count = 0, v_max_att = 0;
     -- Where the candidates' read starts. From the queue's start, it steps over every delete-marked entry of priority 0
-    -- that purge has not removed yet (all since the oldest open read view: a report's snapshot held for minutes left
-    -- hundreds of thousands, most of a reserve's time). So the session keeps the first candidate it last found
-    -- (@pyqueue__ready_queue, _at, _id) and reads from there, and from the start again when the read from there finds
-    -- fewer than in_n (before anything is locked) or once @pyqueue__ready_full has passed: 20 times what the last read
-    -- from the start took (at most 5 s) after it. A message that lands before the mark (a run_at in the past, a push
-    -- committed late) waits for that read from the start; the whole range is read at least every 5 s.
-    IF @pyqueue__ready_queue = in_queue AND UTC_TIMESTAMP(6) < @pyqueue__ready_full THEN
+    -- that purge has not removed yet (all since the oldest open read view: a report's snapshot held for minutes leaves
+    -- hundreds of thousands). So the session keeps the first candidate it last found (@pyqueue__ready_queue: database
+    -- and queue, _at, _id) and reads from there; from the start again when the read from there finds fewer than in_n
+    -- (before anything is locked) or once @pyqueue__ready_full has passed: 20 times what the last read from the start
+    -- took, at most 5 s, after it. A message that lands before the mark (a run_at in the past, a push committed late)
+    -- waits for that read from the start.
+    IF @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue) AND UTC_TIMESTAMP(6) < @pyqueue__ready_full THEN
         SET v_from = TRUE, v_at = @pyqueue__ready_at, v_id = @pyqueue__ready_id - 1;
     END IF;
     pages: LOOP
@@ -690,7 +690,7 @@ BEGIN
                     20 * TIMESTAMPDIFF(MICROSECOND, v_t0, UTC_TIMESTAMP(6))) MICROSECOND;
         END IF;
         IF (v_id IS NULL OR v_from) AND v_got > 0 THEN  -- the first candidate: the mark
-            SET @pyqueue__ready_queue = in_queue, @pyqueue__ready_at = v_first_at,
+            SET @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue), @pyqueue__ready_at = v_first_at,
                 @pyqueue__ready_id = CAST(SUBSTRING_INDEX(v_cand, ',', 1) AS SIGNED), v_from = FALSE;
         END IF;
         IF v_got = 0 THEN LEAVE pages; END IF;
