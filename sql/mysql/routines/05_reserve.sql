@@ -667,11 +667,12 @@ BEGIN
         SET v_k = in_n - out_count, v_t0 = UTC_TIMESTAMP(6);
         -- (the probe reads the ready index down from the start of priority 0: one entry, the queue's last below 0 or
         -- another queue's. Read up from the queue's start, it stepped over every delete-marked entry of priority 0
-        -- that an open read view keeps from purge: InnoDB skips those before the end of the range is checked.)
+        -- that an open read view keeps from purge: InnoDB skips those before the end of the range is checked. A
+        -- scalar subquery, not EXISTS: inside EXISTS the optimizer drops ORDER BY ... LIMIT and reads up.)
         SELECT COUNT(*), GROUP_CONCAT(d.id ORDER BY d.scheduled_at, d.id SEPARATOR ','), MAX(d.scheduled_at),
                MIN(d.scheduled_at),
-               EXISTS (SELECT 1 FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
-                        WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1)
+               (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
+                 WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
           INTO v_got, v_cand, v_at, v_first_at, v_below
           FROM (SELECT m.id, m.scheduled_at
                   FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
