@@ -3,7 +3,8 @@ message consumed since leaves delete-marked entries in pyqueue_message_ready_idx
 remove: at the head of priority 0 (where it was pushed) and past now (its lease, deleted by the
 commit). InnoDB steps over delete-marked entries before it checks the end of a range, so a read that
 ends without a visible row walks all of them. The short batch reserve's probe for a priority below 0
-reads the index down from the start of priority 0 instead: one entry, however many lie behind it.
+reads the index down from the start of priority 0 instead: one entry, however many lie behind it (a scalar
+subquery: inside EXISTS the optimizer drops ORDER BY ... LIMIT and reads up).
 Measured by the pages the statement accesses (ANALYZE FORMAT=JSON, r_engine_stats: MariaDB 10.9+),
 as the routine runs it (read out of sql/mysql/routines/05_reserve.sql, its variable inlined).
 """
@@ -30,16 +31,21 @@ def below_probe() -> str:
     body = (
         ROUTINES.read_text().split("CREATE PROCEDURE pyqueue__claim_short_batch(", 1)[1].split("END //", 1)[0]
     )
-    [probe] = re.findall(r"EXISTS \((SELECT 1 FROM pyqueue_message b .*?b\.priority < 0[^)]*)\)", body, re.S)
-    return " ".join(probe.split())
+    [probe] = re.findall(
+        r"(\(SELECT b\.priority FROM pyqueue_message b .*?b\.priority < 0[^)]*\) IS NOT NULL)", body, re.S
+    )
+    return "SELECT " + " ".join(
+        probe.split()
+    )  # evaluated as the routine evaluates it (inside EXISTS: read up)
 
 
 def pages(conn, sql: str) -> int | None:
     """The pages of pyqueue_message's indexes the statement accessed (None: no r_engine_stats)."""
     [(plan,)] = plainsql.run(conn, "ANALYZE FORMAT=JSON " + sql)
-    table = json.loads(plan)["query_block"]["nested_loop"][0]["table"]
-    stats = table.get("r_engine_stats")
-    return None if stats is None else int(stats.get("pages_accessed", 0))
+    found = re.findall(r'"r_engine_stats": \{([^}]*)\}', plan)  # every table's, subqueries' too
+    if not found:
+        return None
+    return sum(int(m.group(1)) for f in found if (m := re.search(r'"pages_accessed": (\d+)', f)))
 
 
 def test_the_probe_below_priority_0_reads_one_entry_behind_a_held_snapshots_dead_entries(installed_database):
@@ -63,10 +69,77 @@ def test_the_probe_below_priority_0_reads_one_entry_behind_a_held_snapshots_dead
             sql = below_probe().replace("in_queue", "'held.probe'")
             assert "ORDER BY b.priority DESC LIMIT 1" in sql  # down from the start of priority 0
             read = pages(probe.conn, sql)
-            # the same probe read up from the queue's start: over every entry the churn left
-            upward = pages(probe.conn, sql.replace(" ORDER BY b.priority DESC LIMIT 1", ""))
+            # the same probe inside EXISTS (as the routine had it): the optimizer drops its ORDER BY ... LIMIT and
+            # reads up from the queue's start, over every entry the churn left
+            inner = (
+                sql.removeprefix("SELECT (")
+                .removesuffix(") IS NOT NULL")
+                .replace("SELECT b.priority", "SELECT 1")
+            )
+            upward = pages(probe.conn, f"SELECT EXISTS ({inner})")
             assert read <= 3, read
             assert upward >= 5 * max(read, 1) and upward >= 10, (read, upward)
+        finally:
+            report.sql("ROLLBACK")
+            report.close()
+            probe.close()
+
+
+def candidates_read(k: int, mark: tuple[str, int] | None) -> str:
+    """pyqueue__claim_short_batch's read of candidates, as the routine has it: from the queue's start (mark None)
+    or from a first candidate (scheduled_at, id) as a session's mark starts it."""
+    body = (
+        ROUTINES.read_text().split("CREATE PROCEDURE pyqueue__claim_short_batch(", 1)[1].split("END //", 1)[0]
+    )
+    [read] = re.findall(
+        r"FROM \((SELECT m\.id, m\.scheduled_at\s+FROM pyqueue_message m .*?LIMIT v_k)\) AS d", body, re.S
+    )
+    at, below = (f"'{mark[0]}'", str(mark[1] - 1)) if mark else ("NULL", "NULL")
+    sql = " ".join(read.split()).replace("in_queue", "'held.ready'").replace("v_now", "UTC_TIMESTAMP(6)")
+    return sql.replace("v_at", at).replace("v_id", below).replace("v_k", str(k))
+
+
+def plan(conn, sql: str) -> dict:
+    [(text,)] = plainsql.run(conn, "ANALYZE FORMAT=JSON " + sql)
+    found = json.loads(text)["query_block"]
+    assert "filesort" not in json.dumps(found), found  # read in the index's order
+    return found["nested_loop"][0]["table"]
+
+
+def test_the_batch_candidates_are_a_range_read_and_from_a_mark_skip_a_held_snapshots_dead_entries(
+    installed_database,
+):
+    """The read of candidates is a range read of the ready index up to now (its end checked as it goes: the
+    statistics, which leave delete-marked rows out, made the optimizer read by the queue and priority alone,
+    `scheduled_at <= now` a filter) and, from a session's mark, starts past the entries the churn left."""
+    dsn = installed_database("heldready")
+    report, probe = plainsql.Session(dsn), plainsql.Session(dsn)
+    if pages(probe.conn, "SELECT 1 FROM pyqueue_message m LIMIT 1") is None:
+        pytest.skip("ANALYZE's r_engine_stats: MariaDB 10.9 or later")
+    with pyqueue_sql.connect(dsn) as db:
+        queue = db.queue("held.ready").create(visibility_timeout=300)
+        try:
+            report.sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            report.sql("SELECT count(*) FROM pyqueue_queue")
+            for i in range(0, 4 * CHURNED, 100):
+                queue.push_many([(f"k{j}", "job", {}) for j in range(i, i + 100)])
+                assert queue.commit_many(queue.reserve(n=100)) == 100
+            queue.push_many([(f"live{j}", "job", {}) for j in range(50)])
+            # the statistics as InnoDB's own recalculation leaves them: 50 rows (purge-blocked entries not counted)
+            plainsql.run(probe.conn, "ANALYZE TABLE pyqueue_message")
+            rows = plainsql.run(probe.conn, candidates_read(50, None))
+            assert len(rows) == 50
+            start = plan(probe.conn, candidates_read(50, None))
+            assert start["access_type"] == "range" and "scheduled_at" in start["used_key_parts"], start
+            first = min(rows, key=lambda r: (r[1], r[0]))
+            marked = plan(probe.conn, candidates_read(50, (str(first[1]), int(first[0]))))
+            assert marked["r_rows"] == 50, marked
+            read, whole = (
+                marked["r_engine_stats"]["pages_accessed"],
+                start["r_engine_stats"]["pages_accessed"],
+            )
+            # (both count the optimizer's dives into the index; the read from the start, some 20 pages of dead entries)
+            assert whole - read >= 10, (read, whole)
         finally:
             report.sql("ROLLBACK")
             report.close()

@@ -650,23 +650,50 @@ BEGIN
     DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
         DEFAULT DATE_FORMAT(v_now, '%Y-%m-%dT%H:%i:%s.%fZ');
     DECLARE v_cand, v_ids LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_first_at, v_t0 DATETIME(6);
+    DECLARE v_from BOOLEAN DEFAULT FALSE;
     SET out_ids = '', out_count = 0, v_max_att = 0;
+    -- Where the candidates' read starts. From the queue's start, it steps over every delete-marked entry of priority 0
+    -- that purge has not removed yet (all since the oldest open read view: a report's snapshot held for minutes leaves
+    -- hundreds of thousands). So the session keeps the first candidate it last found (@pyqueue__ready_queue: database
+    -- and queue, _at, _id) and reads from there; from the start again when the read from there finds fewer than in_n
+    -- (before anything is locked) or once @pyqueue__ready_full has passed: 20 times what the last read from the start
+    -- took, at most 5 s, after it. A message that lands before the mark (a run_at in the past, a push committed late)
+    -- waits for that read from the start.
+    IF @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue) AND UTC_TIMESTAMP(6) < @pyqueue__ready_full THEN
+        SET v_from = TRUE, v_at = @pyqueue__ready_at, v_id = @pyqueue__ready_id - 1;
+    END IF;
     pages: LOOP
-        SET v_k = in_n - out_count;
+        SET v_k = in_n - out_count, v_t0 = UTC_TIMESTAMP(6);
         -- (the probe reads the ready index down from the start of priority 0: one entry, the queue's last below 0 or
         -- another queue's. Read up from the queue's start, it stepped over every delete-marked entry of priority 0
-        -- that an open read view keeps from purge: InnoDB skips those before the end of the range is checked.)
+        -- that an open read view keeps from purge: InnoDB skips those before the end of the range is checked. A
+        -- scalar subquery, not EXISTS: inside EXISTS the optimizer drops ORDER BY ... LIMIT and reads up.)
         SELECT COUNT(*), GROUP_CONCAT(d.id ORDER BY d.scheduled_at, d.id SEPARATOR ','), MAX(d.scheduled_at),
-               EXISTS (SELECT 1 FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
-                        WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1)
-          INTO v_got, v_cand, v_at, v_below
+               MIN(d.scheduled_at),
+               (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
+                 WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
+          INTO v_got, v_cand, v_at, v_first_at, v_below
           FROM (SELECT m.id, m.scheduled_at
                   FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                 WHERE m.queue_name = in_queue AND m.priority = 0 AND m.scheduled_at <= v_now
+                 WHERE m.queue_name >= in_queue AND m.queue_name <= in_queue AND m.priority >= 0 AND m.priority <= 0
+                   AND m.scheduled_at <= v_now
                    AND (v_id IS NULL OR m.scheduled_at > v_at OR (m.scheduled_at = v_at AND m.id > v_id))
-                 ORDER BY m.scheduled_at, m.id
+                 ORDER BY m.queue_name, m.priority, m.scheduled_at, m.id
                  LIMIT v_k) AS d;
         IF v_below THEN LEAVE pages; END IF;
+        IF v_from AND v_got < v_k THEN  -- fewer than wanted from the mark: from the start (nothing locked yet)
+            SET v_from = FALSE, v_at = NULL, v_id = NULL;
+            ITERATE pages;
+        END IF;
+        IF v_id IS NULL AND v_got > 0 THEN  -- read from the start: the mark, and when to read from the start again
+            SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL LEAST(5000000,
+                    20 * TIMESTAMPDIFF(MICROSECOND, v_t0, UTC_TIMESTAMP(6))) MICROSECOND;
+        END IF;
+        IF (v_id IS NULL OR v_from) AND v_got > 0 THEN  -- the first candidate: the mark
+            SET @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue), @pyqueue__ready_at = v_first_at,
+                @pyqueue__ready_id = CAST(SUBSTRING_INDEX(v_cand, ',', 1) AS SIGNED), v_from = FALSE;
+        END IF;
         IF v_got = 0 THEN LEAVE pages; END IF;
         SET v_id = SUBSTRING_INDEX(v_cand, ',', -1);  -- the last candidate (v_at: its scheduled_at)
         SELECT COUNT(*), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ','), COALESCE(MAX(c.expired), 0)
