@@ -133,7 +133,9 @@ class DependencyRules:
         the child is ready when that was its last parent, cancelled when it failed. failure: ready
         (once) when it failed, cancelled when every parent succeeded. always: ready after the last."""
         for child, parents in list(self.waiting.items()):
-            if (where, kk) not in parents or child not in self.msgs:
+            # a child made ready or cancelled meanwhile, by a nested call (a sibling this end
+            # cancelled was its other parent), is not waiting any more
+            if child not in self.waiting or (where, kk) not in parents or child not in self.msgs:
                 continue
             how = self.run_on.get(child, "success")
             good = outcome in ("succeeded", "moved")
