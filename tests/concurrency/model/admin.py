@@ -157,6 +157,9 @@ class AdminRules:
             assert db.deregister_worker(reg)
             assert not db.deregister_worker(reg)
             return
+        # a worker that beat just now is not dead, whatever the others
+        assert db.release_dead_workers(dt.timedelta(days=1)) == 0
+        assert db.heartbeat_worker(reg), "a live worker was released"
         # its last heartbeat two days ago (only this worker: other tests' workers stay alive)
         back = "- interval '2 days'" if self.dialect == "postgresql" else "- INTERVAL 2 DAY"
         sql(

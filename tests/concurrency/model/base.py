@@ -220,7 +220,7 @@ def run_at_once(*bodies) -> None:
 
 # The whole contract's model (ContractMachine): its examples per run from PYQUEUE_MODEL_EXAMPLES
 # (python -m bench model --examples N sets it for a long run); the suite's budget by default.
-CONTRACT_EXAMPLES = int(os.environ.get("PYQUEUE_MODEL_EXAMPLES", "15"))
+CONTRACT_EXAMPLES = int(os.environ.get("PYQUEUE_MODEL_EXAMPLES", "30"))
 CONTRACT_SETTINGS = settings(
     SETTINGS,
     max_examples=CONTRACT_EXAMPLES,

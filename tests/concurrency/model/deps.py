@@ -10,6 +10,7 @@ queue row (FIXED_QUEUE_ROW_LOCK)."""
 from __future__ import annotations
 
 import json
+import time
 
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
@@ -132,7 +133,9 @@ class DependencyRules:
         the child is ready when that was its last parent, cancelled when it failed. failure: ready
         (once) when it failed, cancelled when every parent succeeded. always: ready after the last."""
         for child, parents in list(self.waiting.items()):
-            if (where, kk) not in parents or child not in self.msgs:
+            # a child made ready or cancelled meanwhile, by a nested call (a sibling this end
+            # cancelled was its other parent), is not waiting any more
+            if child not in self.waiting or (where, kk) not in parents or child not in self.msgs:
                 continue
             how = self.run_on.get(child, "success")
             good = outcome in ("succeeded", "moved")
@@ -144,6 +147,21 @@ class DependencyRules:
                 c = self.msgs[child]
                 c.blocked, c.due = False, max(self.t, c.init)  # init: its run_at
                 self.promoted.add(child)
+
+    def until_lock_wait(self, th, backend: int, limit: float = 0.3) -> None:
+        """Returns once the thread is done or its connection (``backend``: its server-side id) is
+        seen waiting for a lock, or after ``limit`` seconds (MySQL/MariaDB's INNODB_TRX may show
+        a wait late)."""
+        statement = (
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
+            if self.dialect == "postgresql"
+            else "SELECT trx_state = 'LOCK WAIT' FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = %s"
+        )
+        end = time.monotonic() + limit
+        while th.is_alive() and time.monotonic() < end:
+            if any(waiting for (waiting,) in sql(self.conns["admin"], statement, (backend,))):
+                return
+            th.join(0.005)
 
     def parent_redriven(self, kk) -> None:
         for parents in self.waiting.values():
@@ -209,9 +227,10 @@ class DependencyRules:
 
         import threading
 
+        a_id = sql(a, "SELECT pg_backend_pid()" if pg else "SELECT CONNECTION_ID()", ())[0][0]
         th = threading.Thread(target=commit_parent)
         th.start()
-        th.join(0.3)  # A waits for P's lock on the parent, or is done
+        self.until_lock_wait(th, a_id)  # A waits for P's lock on the parent, or is done
         sql(p, "COMMIT", ())
         th.join()
         assert lock_ok, "queue_push_after holds a lock on the queue row that blocks a settings change"
