@@ -1179,27 +1179,6 @@ BEGIN
          9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
 END //
 
--- pyqueue__pop_results: queue_pop's outcomes of the messages it took (in_rows, its JSON array of {"id", "t", ...}),
--- before they go, on a queue that keeps results: 'succeeded' each. Locks: the result rows it writes.
-DROP PROCEDURE IF EXISTS pyqueue__pop_results //
-CREATE PROCEDURE pyqueue__pop_results(
-    IN in_rows LONGTEXT CHARACTER SET utf8mb4,
-    IN in_now  DATETIME(6))
-SQL SECURITY INVOKER
-BEGIN
-    INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts, progress,
-                                finished_at)
-    SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded', NULL, NULL, m.attempts, m.progress, in_now
-      FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
-               c_id    BIGINT   PATH '$.id',
-               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.t')) AS j
-      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-     WHERE m.reserve_token = j.c_token
-    ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result), last_error = VALUES(last_error),
-                            attempts = VALUES(attempts), progress = VALUES(progress),
-                            finished_at = VALUES(finished_at);
-END //
-
 -- queue_pop: removes and returns up to in_n ready messages, highest priority first, FIFO within one (at-most-once).
 -- Result: (p_key, p_kind, payload, priority, attempts, created_at, headers), empty when nothing is ready or the queue is
 -- paused. Set-based, each step one statement (per page of 5000): pyqueue__claim marks the rows still ready with this
