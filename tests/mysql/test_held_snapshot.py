@@ -48,6 +48,16 @@ def pages(conn, sql: str) -> int | None:
     return sum(int(m.group(1)) for f in found if (m := re.search(r'"pages_accessed": (\d+)', f)))
 
 
+def churn_under_a_held_snapshot(report, queue, messages: int, per_call: int) -> None:
+    """A report's consistent snapshot opened (after a read of another table), then `messages` pushed,
+    reserved and committed `per_call` at a time: each leaves its dead entries behind the snapshot."""
+    report.sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    report.sql("SELECT count(*) FROM pyqueue_queue")
+    for i in range(0, messages, per_call):
+        queue.push_many([(f"k{j}", "job", {}) for j in range(i, i + per_call)])
+        assert queue.commit_many(queue.reserve(n=per_call)) == per_call
+
+
 def test_the_probe_below_priority_0_reads_one_entry_behind_a_held_snapshots_dead_entries(installed_database):
     dsn = installed_database("heldprobe")
     report, probe = plainsql.Session(dsn), plainsql.Session(dsn)
@@ -60,12 +70,7 @@ def test_the_probe_below_priority_0_reads_one_entry_behind_a_held_snapshots_dead
     with pyqueue_sql.connect(dsn) as db:
         queue = db.queue("held.probe").create(visibility_timeout=300)
         try:
-            report.sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            report.sql("SELECT count(*) FROM pyqueue_queue")
-            for i in range(0, CHURNED, 50):
-                queue.push_many([(f"k{j}", "job", {}) for j in range(i, i + 50)])
-                assert len(batch := queue.reserve(n=50)) == 50
-                assert queue.commit_many(batch) == 50
+            churn_under_a_held_snapshot(report, queue, CHURNED, 50)
             sql = below_probe().replace("in_queue", "'held.probe'")
             assert "ORDER BY b.priority DESC LIMIT 1" in sql  # down from the start of priority 0
             read = pages(probe.conn, sql)
@@ -119,11 +124,7 @@ def test_the_batch_candidates_are_a_range_read_and_from_a_mark_skip_a_held_snaps
     with pyqueue_sql.connect(dsn) as db:
         queue = db.queue("held.ready").create(visibility_timeout=300)
         try:
-            report.sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            report.sql("SELECT count(*) FROM pyqueue_queue")
-            for i in range(0, 4 * CHURNED, 100):
-                queue.push_many([(f"k{j}", "job", {}) for j in range(i, i + 100)])
-                assert queue.commit_many(queue.reserve(n=100)) == 100
+            churn_under_a_held_snapshot(report, queue, 4 * CHURNED, 100)
             queue.push_many([(f"live{j}", "job", {}) for j in range(50)])
             # the statistics as InnoDB's own recalculation leaves them: 50 rows (purge-blocked entries not counted)
             plainsql.run(probe.conn, "ANALYZE TABLE pyqueue_message")
