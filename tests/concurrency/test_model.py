@@ -1036,10 +1036,14 @@ class ContractMachine(
             self.drain_side_queue("dlq")
             self.expire_all()
             # the drain pops every parent left: a failure callback whose parents all succeed so is
-            # cancelled (with its own waiting children), never drained
-            for _ in range(len(self.waiting)):
+            # cancelled (with its own waiting children), never drained. Only a message not waiting
+            # is popped: a waiting child (one pushed before its parent was redriven into main comes
+            # first in self.msgs) ends only through its parents, and a failure callback of one that
+            # is cancelled so is readied and drained, not cancelled as if its parent had succeeded
+            for _ in range(len(self.waiting) + 1):
                 for kk in list(self.msgs):
-                    self.parent_left("main", kk, "succeeded")
+                    if kk in self.msgs and kk not in self.waiting:
+                        self.parent_left("main", kk, "succeeded")
             super().teardown()
         finally:
             admin = self.conns["admin"]
