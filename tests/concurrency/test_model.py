@@ -825,6 +825,26 @@ def test_the_whole_contract_matches_the_model(connect, dialect):
     run_machine(connect, dialect, ContractMachine, CONTRACT_SETTINGS)
 
 
+def test_the_models_drain_readies_a_callback_of_a_callback_whose_redriven_parent_succeeds(connect, dialect):
+    """The whole contract's model, steps fixed: x0 dead-lettered; c0 a failure callback of its
+    dead letter, c1 a failure callback of c0; x0 redriven into main (after them in the model's
+    table). The drain pops x0: c0 is cancelled (every parent succeeded) and c1, a failure
+    callback of a parent cancelled, is readied and drained (a long run, seed 2, found the model
+    cancelling c1 as if c0 had succeeded, when it drained c0 before x0)."""
+    conns = {name: connect() for name in CONNECTIONS}
+    machine = type(f"ContractMachine_{dialect}", (ContractMachine,), {"conns": conns, "dialect": dialect})()
+    machine.fail_until_dead(False, 0)
+    dead = ("dlq", ("x0", "x"))
+    for child, parent in ((("c0", "a"), dead), (("c1", "a"), ("main", ("c0", "a")))):
+        candidates = sorted(("main", kk) for kk in set(machine.msgs) | set(machine.results))
+        candidates += sorted(("dlq", kk) for kk in set(machine.dlq) | set(machine.dlq_results))
+        machine.push_after(*child, [candidates.index(parent)], "failure")
+        assert machine.waiting[child] == {parent}
+    machine.redrive(1)
+    assert list(machine.msgs) == [("c0", "a"), ("c1", "a"), ("x0", "x")]
+    machine.teardown()
+
+
 def test_move_of_an_expired_reservation_races_a_reserve(connect, dialect):
     """The holder of an expired reservation moves it while another connection
     reserves the queue: exactly one of them wins each message. On MySQL the
@@ -1036,10 +1056,14 @@ class ContractMachine(
             self.drain_side_queue("dlq")
             self.expire_all()
             # the drain pops every parent left: a failure callback whose parents all succeed so is
-            # cancelled (with its own waiting children), never drained
-            for _ in range(len(self.waiting)):
+            # cancelled (with its own waiting children), never drained. Only a message not waiting
+            # is popped: a waiting child (one pushed before its parent was redriven into main comes
+            # first in self.msgs) ends only through its parents, and a failure callback of one that
+            # is cancelled so is readied and drained, not cancelled as if its parent had succeeded
+            for _ in range(len(self.waiting) + 1):
                 for kk in list(self.msgs):
-                    self.parent_left("main", kk, "succeeded")
+                    if kk in self.msgs and kk not in self.waiting:
+                        self.parent_left("main", kk, "succeeded")
             super().teardown()
         finally:
             admin = self.conns["admin"]

@@ -708,6 +708,20 @@ def test_a_failure_callback_is_cancelled_when_every_parent_succeeds(sql_session)
     assert _reserve(a, callbacks) == {}
 
 
+def test_a_failure_callback_of_a_failure_callback_cancelled_by_success_runs(sql_session):
+    """on-fail is cancelled because its parent succeeded: for its own failure callback that is a
+    parent cancelled, so that one runs (the rule's 'cancelled transitively as someone's child')."""
+    a = sql_session()
+    parents, callbacks = _queue(a), _queue(a)
+    _push(a, parents, "p")
+    _push_after_on(a, callbacks, "on-fail", _parents((parents, "p")), "failure")
+    _push_after_on(a, callbacks, "on-fail-of-cb", _parents((callbacks, "on-fail")), "failure")
+    _end(a, parents, "p", "succeed")
+    assert _state(a, callbacks, "on-fail") == "cancelled"
+    assert _state(a, callbacks, "on-fail-of-cb") == "ready"
+    assert list(_reserve(a, callbacks)) == ["on-fail-of-cb"]
+
+
 def test_a_failure_callback_with_two_parents_runs_once_when_one_fails(sql_session):
     a = sql_session()
     parents, callbacks = _queue(a, max_attempts=1), _queue(a)
