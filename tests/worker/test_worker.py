@@ -713,14 +713,14 @@ def test_idle_worker_wakes_for_every_path_that_makes_a_message_ready(dsn, db, ma
         step("release_dead_workers", lambda: db.release_dead_workers(0.1), "c")
 
 
+@pytest.mark.only_dialect("postgresql")  # LISTEN, and with it the pooler check
 def test_the_pooler_check_at_the_start_opens_the_completers_connection(dsn, queue, monkeypatch):
     """With LISTEN the dispatcher first checks for a transaction pooler, by asking another client
     connection which server session serves it: at the start that connection is the completer's,
     opened then and kept for the first commit, so a start opens no connection for the check alone
     (listener.shares_sessions, which opens one, is not called)."""
     worker = Worker(dsn, concurrency=2, poll_fallback=60.0)
-    if not worker.use_listen:
-        pytest.skip("no LISTEN, no pooler check")
+    assert worker.use_listen
     own: list[object] = []
     listener = type(worker.dialect.listener)
     monkeypatch.setattr(listener, "shares_sessions", lambda self, *a: own.append(a) or False)
