@@ -253,6 +253,11 @@ class BatchLanes:
             while not self.state.stopping.is_set():
                 if pipe is not None and not pipe.ahead.acquire(timeout=WAIT_SLICE):
                     continue  # a batch reserved ahead has not started yet
+                if pipe is not None and self.state.stopping.is_set():
+                    # the stop came while it waited for the runner to take the batch reserved ahead
+                    # (which the runner now hands back): no reserve that could take it again
+                    pipe.ahead.release()
+                    break
                 jobs: list[Job] = []
                 try:
                     if pipe is None:
