@@ -658,8 +658,9 @@ BEGIN
     -- hundreds of thousands). So the session keeps the first candidate it last found (@pyqueue__ready_queue: database
     -- and queue, _at, _id) and reads from there; from the start again when the read from there finds fewer than in_n
     -- (before anything is locked) or once @pyqueue__ready_full has passed: 20 times what the last read from the start
-    -- took, at most 5 s, after it. A message that lands before the mark (a run_at in the past, a push committed late)
-    -- waits for that read from the start.
+    -- took, at most 60 s, after it (so those reads take at most a twenty-first of a busy session's time, however long
+    -- the view is held: they grow with it, past 250 ms only under one held for minutes at full churn). A message that
+    -- lands before the mark (a run_at in the past, a push committed late) waits for that read from the start.
     IF @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue) AND UTC_TIMESTAMP(6) < @pyqueue__ready_full THEN
         SET v_from = TRUE, v_at = @pyqueue__ready_at, v_id = @pyqueue__ready_id - 1;
     END IF;
@@ -687,7 +688,7 @@ BEGIN
             ITERATE pages;
         END IF;
         IF v_id IS NULL AND v_got > 0 THEN  -- read from the start: the mark, and when to read from the start again
-            SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL LEAST(5000000,
+            SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL LEAST(60000000,
                     20 * TIMESTAMPDIFF(MICROSECOND, v_t0, UTC_TIMESTAMP(6))) MICROSECOND;
         END IF;
         IF (v_id IS NULL OR v_from) AND v_got > 0 THEN  -- the first candidate: the mark
