@@ -28,12 +28,14 @@ HORIZON = {  # the server's own figure of what the snapshot holds back
 
 
 def _pyqueue(dialect: str, dsn: str):
-    q = pyqueue_sql.connect(dsn).queue(QUEUE)
+    db = pyqueue_sql.connect(dsn)
+    q = db.queue(QUEUE)
     k = iter(range(1 << 62))
     return (
         lambda: q.push_many([(f"m{next(k)}", "job", {"n": i}) for i in range(BATCH)]),
         lambda: q.reserve(n=BATCH, worker="held", timeout=300),
         q.commit_many,
+        db.connection,
     )
 
 
@@ -48,7 +50,12 @@ def _plain(dialect: str, dsn: str):
         if ids:
             common.query(job.auto, f"DELETE FROM job WHERE token = %s AND id IN ({', '.join(['%s'] * len(ids))})", (token, *ids))  # fmt: skip
 
-    return lambda: job.push_batch([f"m{next(k)}" for _ in range(BATCH)]), lambda: job._reserve(BATCH), settle
+    return (
+        lambda: job.push_batch([f"m{next(k)}" for _ in range(BATCH)]),
+        lambda: job._reserve(BATCH),
+        settle,
+        job.auto,
+    )
 
 
 def _pgmq(dialect: str, dsn: str):
@@ -58,6 +65,7 @@ def _pgmq(dialect: str, dsn: str):
         lambda: common.query(conn, Pgmq.SEND_BATCH, (QUEUE, bodies)),
         lambda: [r[0] for r in common.query(conn, Pgmq.READ, (QUEUE, 300, BATCH))],
         lambda ids: ids and common.query(conn, Pgmq.DELETE_BATCH, (QUEUE, ids)),
+        conn,
     )
 
 
@@ -65,11 +73,22 @@ SYSTEMS = {"pyqueue": _pyqueue, "plain": _plain, "pgmq": _pgmq}
 NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pgmq"}
 
 
-def _loop(name: str, dialect: str, dsn: str, stop, count, times) -> None:
-    """One client: push, reserve (timed), settle until stop; the times sent every half second."""
-    push, reserve, settle = SYSTEMS[name](dialect, dsn)
+# The server's thread of a session: PostgreSQL its backend's pid, MariaDB the connection's thread
+# (one thread a connection), whose CPU /proc shows.
+SESSION = {
+    "postgresql": "SELECT pg_backend_pid()",
+    "mysql": "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
+}
+
+
+def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, session) -> None:
+    """One client: push, reserve (timed), settle until stop; the times sent every half second, its
+    own CPU seconds kept in cpu, its server session's pid or thread id put in session."""
+    push, reserve, settle, conn = SYSTEMS[name](dialect, dsn)
+    session.value = int(common.query(conn, SESSION[dialect])[0][0])
     sent, buf = time.perf_counter(), []
     while not stop.is_set():
+        cpu.value = time.process_time()
         push()
         t = time.perf_counter()
         taken = reserve()
@@ -131,14 +150,21 @@ def _hold(dialect: str, dsn: str):
     return conn
 
 
+def _per_msg(a: float | None, b: float | None, msgs: int) -> float | None:
+    return round(1e6 * (b - a) / msgs, 1) if a is not None and b is not None and msgs > 0 else None
+
+
 def _window(series, times, systems, t0: float, t1: float) -> dict:
-    """msg/s and the reserve's p50/p99 (ms) of each system between t0 and t1 (s since the start)."""
-    (ta, ca), (tb, cb) = (min(series, key=lambda s: abs(s[0] - t)) for t in (t0, t1))
+    """msg/s, the reserve's p50/p99 (ms) and the CPU a message (µs) of its client and of its server
+    session, of each system between t0 and t1 (s since the start)."""
+    (ta, ca, ua), (tb, cb, ub) = (min(series, key=lambda s: abs(s[0] - t)) for t in (t0, t1))
     out = {}
     for n in systems:
         ts = sorted(d for t, m, ds in times if m == n and ta < t <= tb for d in ds)
         out[n] = {
             "rate": round((cb[n] - ca[n]) / max(tb - ta, 1e-9), 1),
+            "client_us": _per_msg(ua[n][0], ub[n][0], cb[n] - ca[n]),
+            "server_us": _per_msg(ua[n][1], ub[n][1], cb[n] - ca[n]),
             "p50_ms": round(1000 * statistics.median(ts), 2) if ts else None,
             "p99_ms": round(1000 * ts[min(len(ts) - 1, int(0.99 * len(ts)))], 2) if ts else None,
         }
@@ -153,7 +179,13 @@ def run(args) -> dict:
         ctx = mp.get_context("fork")
         stop, times = ctx.Event(), ctx.Queue()
         counts = {n: ctx.Value("q", 0, lock=False) for n in systems}
-        procs = [ctx.Process(target=_loop, args=(n, dialect, dsn, stop, counts[n], times)) for n in systems]
+        cpus = {n: ctx.Value("d", 0.0, lock=False) for n in systems}
+        sessions = {n: ctx.Value("q", 0, lock=False) for n in systems}
+        server = common.server_pid(dialect, dsn) if dialect == "mysql" else None
+        procs = [
+            ctx.Process(target=_loop, args=(n, dialect, dsn, stop, counts[n], times, cpus[n], sessions[n]))
+            for n in systems
+        ]
         for p in procs:
             p.start()
         admin = common.raw_connect(dialect, dsn)
@@ -166,7 +198,16 @@ def run(args) -> dict:
         def tick(until: float) -> None:
             while (now := time.perf_counter()) < until:
                 time.sleep(min(1.0, until - now))
-                series.append((time.perf_counter() - t0, {n: counts[n].value for n in systems}))
+                used = {}
+                for n in systems:
+                    sid = sessions[n].value or None
+                    serv = (
+                        common.process_cpu(sid)
+                        if dialect == "postgresql"
+                        else common.process_cpu(server, sid)
+                    )
+                    used[n] = (cpus[n].value or None, serv if sid else None)
+                series.append((time.perf_counter() - t0, {n: counts[n].value for n in systems}, used))
                 while True:
                     try:
                         got.append((time.perf_counter() - t0, *times.get_nowait()))
@@ -207,10 +248,11 @@ def run(args) -> dict:
 def summary(out: dict) -> str:
     res, systems, dialect = out["result"], out["systems"], out["dialect"]
     probe = "buffers" if dialect == "postgresql" else "pages"
-    head = ["at", HORIZON[dialect][0], *(f"{NAMES[n]} {x}" for n in systems for x in ("msg/s", "ratio", "p50/p99 ms", probe))]  # fmt: skip
+    head = ["at", HORIZON[dialect][0], *(f"{NAMES[n]} {x}" for n in systems for x in ("msg/s", "ratio", "p50/p99 ms", "server/client µs", probe))]  # fmt: skip
     body = [
         (r["at"], f"{r['horizon']:,}", *(x for n in systems for x in (
             f"{r[n]['rate']:,.0f}", f"{r[n].get('ratio', 1.0):.2f}x", f"{r[n]['p50_ms']} / {r[n]['p99_ms']}",
+            f"{r[n].get('server_us')} / {r[n].get('client_us')}",
             f"{r['probe'].get(n, ''):,}" if isinstance(r["probe"].get(n), int) else "")))
         for r in res["rows"]
     ]  # fmt: skip
@@ -221,7 +263,9 @@ def summary(out: dict) -> str:
         f"SELECT ... LIMIT {BATCH} FOR UPDATE SKIP LOCKED + UPDATE, DELETE by ids); a snapshot held from "
         f"{res['hold_at_s']} s for {res['held_s']:.0f} s. Load average {out['load'][0]:.1f} before, "
         f"{out['load_after'][0]:.1f} after ({out['cpus']} CPUs). Each row: msg/s over the 30 s (at most) before it, "
-        f"the ratio to the row \"before\", the reserve's time, the server's {HORIZON[dialect][0]} and "
+        f"the ratio to the row \"before\", the reserve's time, the CPU a message of the system's server session "
+        f"(PostgreSQL its backend, MariaDB its connection's thread) and of its client process (10 ms ticks of "
+        f"/proc and getrusage), the server's {HORIZON[dialect][0]} and "
         + ("the shared buffers one reserve touches (EXPLAIN ANALYZE, rolled back)." if dialect == "postgresql" else
            f"the pages a read of the first {BATCH} ready entries from the range's start accesses (ANALYZE FORMAT=JSON)."),
         "",
