@@ -10,6 +10,7 @@ import pytest
 
 import pyqueue_sql
 from pyqueue_sql import InvalidArgumentError
+from pyqueue_sql.worker import batches
 
 
 def _run(worker):
@@ -108,15 +109,20 @@ def test_a_lane_whose_queue_is_missing_logs_it_and_drains_once_it_exists(db, dsn
 
 
 class _BlockedLane:
-    """A worker whose batch handler (size 2) blocks until go_on, over four messages: the calls'
-    keys, `running` set at each call."""
+    """A worker whose batch handler (size 2) blocks until go_on, over `messages` messages (k0,
+    k1, ...): the calls' keys, `running` set at each call. start=False: the test starts it (start())
+    once it has hooked into the worker's parts."""
 
-    def __init__(self, dsn, q, **settings):
+    def __init__(self, dsn, q, messages=4, start=True, **settings):
         self.worker = pyqueue_sql.Worker(dsn, concurrency=1, register=False, lease=30, **settings)
         self.calls: list[list[str]] = []
         self.running, self.go_on = threading.Event(), threading.Event()
         self.worker.add_batch_handler(q.name, self.blocking, "k", size=2)
-        q.push_many([(f"k{i}", "k", {}) for i in range(4)])
+        q.push_many([(f"k{i}", "k", {}) for i in range(messages)])
+        if start:
+            self.start()
+
+    def start(self):
         self.thread = _run(self.worker)
 
     def blocking(self, jobs):
@@ -149,6 +155,54 @@ def test_a_lane_reserves_the_next_batch_while_a_batch_runs_and_a_stop_hands_it_b
     left = {m.key: m.attempts for m in q.messages()}
     assert sorted(left) == sorted({"k0", "k1", "k2", "k3"} - set(lane.calls[0]))
     assert set(left.values()) == {0}
+
+
+def test_a_lane_whose_turn_comes_after_the_stop_reserves_nothing(db, dsn, make_queue, monkeypatch):
+    # The runner takes the batch reserved ahead (k2, k3), which gives the reserver its turn, and
+    # hands it back because the stop came; a reserve in that turn would take what is ready (k4,
+    # or k2 and k3 once handed back) after the stop. Made certain, not left to timing: the
+    # reserver waits for its turn in one long slice (a slice that ended between the stop and the
+    # runner's taking the batch would end the reserver without a turn), and the runner is held
+    # before its hand-back until the reserver has ended, while the database is read.
+    monkeypatch.setattr(batches, "WAIT_SLICE", 30.0)
+    q = make_queue()
+    lane = _BlockedLane(dsn, q, messages=5, start=False)
+    worker = lane.worker
+    held, let_go, reserver_ended = threading.Event(), threading.Event(), threading.Event()
+    reserver, hand_back = worker.batches.lane_steps, worker.dispatch.hand_back_steps
+
+    def reserver_steps(*args, **kwargs):
+        try:
+            return (yield from reserver(*args, **kwargs))
+        finally:
+            reserver_ended.set()
+
+    def held_hand_back(job, delay=0.0):
+        held.set()
+        let_go.wait(30)
+        return (yield from hand_back(job, delay))
+
+    monkeypatch.setattr(worker.batches, "lane_steps", reserver_steps)
+    monkeypatch.setattr(worker.dispatch, "hand_back_steps", held_hand_back)
+    lane.start()
+    try:
+        assert lane.running.wait(10)
+        _wait(lambda: worker.stats.reserved == 4, 10, "the second batch reserved while the first runs")
+        worker.stop()  # while the first batch runs: the reserver waits for its turn
+        lane.go_on.set()
+        assert held.wait(10), "the runner never handed back the batch reserved ahead"
+        assert reserver_ended.wait(10), "the reserver did not end after its turn"
+        ahead = sorted({"k0", "k1", "k2", "k3"} - set(lane.calls[0]))
+        states = {m.key: (m.state, m.attempts) for m in q.messages() if m.key not in lane.calls[0]}
+        assert states == {**{k: ("reserved", 1) for k in ahead}, "k4": ("ready", 0)}
+        assert worker.stats.reserved == 4
+    finally:
+        let_go.set()
+        lane.end()
+    assert len(lane.calls) == 1 and worker.unfinished == [] and not lane.thread.is_alive()
+    assert worker.stats.reserved == 4 and worker.stats.succeeded == 2 and worker.stats.handed_back == 2
+    states = {m.key: (m.state, m.attempts) for m in q.messages()}
+    assert states == {k: ("ready", 0) for k in [*ahead, "k4"]}
 
 
 def test_a_lane_without_prefetch_reserves_only_once_its_batch_is_done(db, dsn, make_queue):
