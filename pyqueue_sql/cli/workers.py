@@ -485,6 +485,7 @@ class _Processes:
         self.unclean = False
 
     def _start(self, i: int) -> None:
+        import signal
         import subprocess
         import time
 
@@ -499,14 +500,22 @@ class _Processes:
         )
         self.started_at[i] = time.monotonic()
         self.restart_at[i] = None
+        if self.signals:
+            # the stop came while this process was being started: the signal handler ran before
+            # the process was in self.procs, and passed the SIGTERM on to the others only
+            self._signal_one(self.procs[i], signal.SIGTERM)
+
+    @staticmethod
+    def _signal_one(proc: Any, signum: int) -> None:
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.send_signal(signum)
+            except OSError:
+                pass
 
     def _signal_all(self, signum: int) -> None:
         for proc in self.procs:
-            if proc is not None and proc.poll() is None:
-                try:
-                    proc.send_signal(signum)
-                except OSError:
-                    pass
+            self._signal_one(proc, signum)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         import signal
@@ -574,7 +583,7 @@ class _Processes:
         now = time.monotonic()
         for i, proc in enumerate(self.procs):
             if self.restart_at[i] is not None:
-                if now >= self.restart_at[i]:
+                if now >= self.restart_at[i] and not self.signals:  # (none started after a stop)
                     self.restarts += 1
                     self._start(i)
                 continue

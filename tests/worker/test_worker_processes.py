@@ -157,3 +157,34 @@ def test_max_jobs_with_processes_starts_a_fresh_process_after_each_n_jobs(tmp_pa
         assert any("ended after its --max-jobs" in line for line in served.lines), served.lines
     finally:
         db.close()
+
+
+def test_a_stop_that_comes_while_a_process_is_being_started_reaches_that_process(monkeypatch, tmp_path):
+    """The supervisor's SIGTERM handler can run while it starts a process (--max-jobs starts one
+    in place of each that ended), before the process is in its list: that process is signalled
+    all the same, and no process is started after the stop."""
+    import logging
+    import subprocess
+    import sys
+
+    from pyqueue_sql import cli
+    from pyqueue_sql.cli import workers
+
+    args = cli.build_parser().parse_args(["worker", "mod:app", "--processes", "1"])
+    procs = workers._Processes(args, "postgresql://unused", logging.getLogger("test.processes"))
+    procs.argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    real = subprocess.Popen
+
+    def popen(*a, **k):
+        proc = real(*a, **k)
+        procs._on_signal(signal.SIGTERM, None)  # the handler, before _start stores the process
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    procs._start(0)
+    assert procs.procs[0].wait(timeout=10) == -signal.SIGTERM
+    procs.procs[0] = real([sys.executable, "-c", "pass"])
+    procs.procs[0].wait()
+    procs.restart_at[0] = 0.0  # due: it ended with --max-jobs
+    procs._watch()
+    assert procs.restart_at[0] == 0.0 and procs.procs[0].args[-1] == "pass"  # not started again
