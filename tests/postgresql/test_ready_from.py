@@ -134,6 +134,70 @@ def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, p
         _run(holder, "ROLLBACK")
 
 
+def _step_entries(conn, queue, tries=10) -> int:
+    """Index entries read by the first autocommit-like reserve that makes the whole step moving the
+    bound (a new proposal, under its own transaction id; a step that finds an older transaction
+    still open only notes its time), rolled back. The reserve is of a kind no message has: it takes
+    nothing."""
+    entries = (
+        "SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint FROM pg_index i"
+        " WHERE i.indrelid = 'pyqueue_message'::regclass"
+    )
+    for _ in range(tries):
+        time.sleep(1.1)  # a step at most once a second
+        _run(conn, "BEGIN")
+        try:
+            [(before,)] = _run(conn, entries)
+            _run(conn, "SELECT * FROM queue_reserve(%s, 'w', interval '60 s', 1, ARRAY['none'])", (queue,))
+            [(after,)] = _run(conn, entries)
+            [(stepped,)] = _run(
+                conn,
+                "SELECT r.next_xid = pg_current_xact_id_if_assigned() FROM pyqueue_ready_from r"
+                " WHERE r.queue_name = %s",
+                (queue,),
+            )
+        finally:
+            _run(conn, "ROLLBACK")
+        if stepped:
+            return after - before
+    raise AssertionError(f"no reserve made the whole step in {tries} tries")
+
+
+def test_under_a_held_snapshot_the_bound_step_does_not_walk_back_over_the_dead_leases(queue, pg):
+    """Messages committed while reserved leave their lease's entry (scheduled_at = the lease's end)
+    at the end of the ready index, where a read of the queue's top priority starts: the step that
+    moves the bound keeps the noted top while a message of it is there from the bound on."""
+    conn, holder = pg(), pg()
+    queue.push("first", "job", {})
+    _advance(conn, queue.name, steps=1)  # notes the top priority, 0
+    assert [r[0] for r in _run(conn, "SELECT p_key FROM queue_pop(%s, 1)", (queue.name,))] == ["first"]
+    _run(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ")
+    _run(holder, "SELECT count(*) FROM pyqueue_queue")  # the snapshot: nothing dead since can go
+    try:
+        for start in range(0, CHURNED, 100):
+            _run(
+                conn,
+                "SELECT queue_push_batch(%s, %s::text[], %s::text[], %s::jsonb[])",
+                (queue.name, [f"c{i}" for i in range(start, start + 100)], ["job"] * 100, ["{}"] * 100),
+            )
+            got = _run(
+                conn, "SELECT p_key, token FROM queue_reserve(%s, 'w', interval '300 s', 100)", (queue.name,)
+            )
+            _run(
+                conn,
+                "SELECT queue_commit_batch(%s, %s, %s, %s)",
+                (queue.name, [k for k, _ in got], ["job"] * len(got), [str(t) for _, t in got]),
+            )
+        pushed_by = dt.datetime.now(UTC)
+        _advance_past(conn, queue.name, pushed_by)
+        queue.push("fresh", "job", {})
+        entries = _step_entries(conn, queue.name)
+        assert entries <= MAX_ENTRIES, entries
+        assert _reserve_keys(conn, queue.name) == ["fresh"]
+    finally:
+        _run(holder, "ROLLBACK")
+
+
 def _bound(conn, queue):
     # -infinity (never moved) as a time Python can hold
     return _run(

@@ -81,7 +81,8 @@ $$;
 -- longer make), the pyqueue_ready_lower rows it sees folded in first (a
 -- lowering to or below ready_from drops the id from the start). Then it
 -- proposes in_clock minus a second with its own id, and
--- notes the queue's top priority (where the reserve's walk starts). While
+-- notes the queue's top priority (where the reserve's walk starts; the noted
+-- one kept while a message of it is there from the bound on, see below). While
 -- the pending proposal cannot be made the bound yet (a transaction at or
 -- below its id is still open), the step only notes its time (the next try
 -- is a second on). Locks the queue's
@@ -133,9 +134,27 @@ BEGIN
         v_row.ready_from := coalesce(v_first, v_row.next_from);
         v_row.ready_from_id := v_first_id;
     END IF;
+    -- The top priority: a higher one than the noted when a message of it is there (a probe past the
+    -- noted top, which stops at once when there is none), else the noted one while a message of it is
+    -- there from the bound on (a read of that priority from the bound), else the top of the index. That
+    -- last read walks back over the entries of the messages committed while reserved, which a held xmin
+    -- horizon keeps at the index's end (a second of it per second at full churn): the first two do not.
     SELECT m.priority INTO v_top
-      FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
+      FROM pyqueue_message m
+     WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity' AND m.priority > v_row.top_priority
      ORDER BY m.priority DESC LIMIT 1;
+    IF v_top IS NULL AND EXISTS (
+        SELECT 1 FROM pyqueue_message m
+         WHERE m.queue_name::text = in_queue AND m.priority = v_row.top_priority
+           AND m.scheduled_at > '-infinity'
+           AND (m.scheduled_at, m.id) >= (v_row.ready_from, coalesce(v_row.ready_from_id, 0))) THEN
+        v_top := v_row.top_priority;
+    END IF;
+    IF v_top IS NULL THEN
+        SELECT m.priority INTO v_top
+          FROM pyqueue_message m WHERE m.queue_name::text = in_queue AND m.scheduled_at > '-infinity'
+         ORDER BY m.priority DESC LIMIT 1;
+    END IF;
     UPDATE pyqueue_ready_from r
        SET ready_from   = v_row.ready_from,
            ready_from_id = v_row.ready_from_id,
