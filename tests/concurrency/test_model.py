@@ -474,14 +474,15 @@ class QueueMachine(RuleBasedStateMachine):
         conn=consumers,
         n=st.integers(2, 4),
         lease=leases,
-        lands=st.sampled_from((None, "held", "pushed", "clock")),
+        lands=st.sampled_from((None, "held", "held", "pushed", "clock")),
         key=keys,
         kind=kinds,
         more=st.integers(0, 1),
+        first=st.lists(st.tuples(keys, kinds), min_size=1, max_size=3, unique=True),
         fill=st.lists(st.tuples(keys, kinds), max_size=4, unique=True),
     )
     @covers("queue_reserve")
-    def reserve_twice_past_the_mark(self, conn, n, lease, lands, key, kind, more, fill=()):
+    def reserve_twice_past_the_mark(self, conn, n, lease, lands, key, kind, more, first=(), fill=()):
         """Two batch reserves of one session, the second while the mark the first left is live.
         MySQL/MariaDB's batch reserve of priority 0 reads from the first candidate the session's
         last one found, and from the queue's start when that finds fewer than n, or 20 times the
@@ -494,12 +495,13 @@ class QueueMachine(RuleBasedStateMachine):
         is its answer and nothing ready may be left behind. ``held``: another session holds the
         first ready message while the first reserve runs (so skips it: its first candidate, the
         mark, stays ready); the second, of 2, must take it first. Otherwise the second, of n, goes
-        on in reserve order from where the first stopped (nothing lies before the mark; messages
-        of the mark's time after it, ``fill`` pushed first in one batch, come first). On PostgreSQL
-        the same calls, no mark."""
+        on in reserve order from where the first stopped (nothing lies before the mark). Before the
+        first reserve, ``first``, and before the second, ``fill``: messages of priority 0 pushed in
+        one batch (``fill`` after the mark: the read from it finds them). On PostgreSQL the same
+        calls, no mark."""
         mysql, db = self.dialect == "mysql", self.conns[conn]
-        if fill:  # messages of priority 0 pushed at one time (the first reserve may leave some of them)
-            self.push_batch([(k, kd, 0, 0, 0) for k, kd in fill])
+        if first:  # something ready for the first reserve (and to hold)
+            self.push_batch([(k, kd, 0, 0, 0) for k, kd in first])
         if mysql:
             sql(db, "SET @pyqueue__ready_full = NULL", ())
         held = self.hold_first_ready() if lands == "held" and mysql else None
@@ -517,6 +519,8 @@ class QueueMachine(RuleBasedStateMachine):
         if mysql:
             sql(db, "SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND", ())
         try:
+            if fill:  # after the mark: what the read from it finds
+                self.push_batch([(k, kd, 0, 0, 0) for k, kd in fill])
             if lands == "pushed":  # before anything the model holds: 1000.5 ticks back
                 pid = next(self.pids)
                 at = dt.datetime.now(dt.timezone.utc) - ticks(1000.5)
