@@ -470,6 +470,95 @@ class QueueMachine(RuleBasedStateMachine):
             dead_past_n=bool(extra), expired=self.expired_among(ready),
         )  # fmt: skip
 
+    @rule(
+        conn=consumers,
+        n=st.integers(2, 4),
+        lease=leases,
+        lands=st.sampled_from((None, "held", "held", "pushed", "clock")),
+        key=keys,
+        kind=kinds,
+        more=st.integers(0, 1),
+        first=st.lists(st.tuples(keys, kinds), min_size=1, max_size=3, unique=True),
+        fill=st.lists(st.tuples(keys, kinds), max_size=4, unique=True),
+    )
+    @covers("queue_reserve")
+    def reserve_twice_past_the_mark(self, conn, n, lease, lands, key, kind, more, first=(), fill=()):
+        """Two batch reserves of one session, the second while the mark the first left is live.
+        MySQL/MariaDB's batch reserve of priority 0 reads from the first candidate the session's
+        last one found, and from the queue's start when that finds fewer than n, or 20 times the
+        last read from the start after it, at most 5 s (docs/contract/05_reserve.md). The rule
+        lets no mark from before it count, then keeps the first reserve's alive for the second (the
+        5 s a read from the start that took 0.25 s gives; real reads take far less, and no other
+        rule would see one). Between the two, perhaps, a message lands before the mark: ``pushed``
+        with a run_at long past, or every message moved back by a ``clock`` advance (the mark
+        stays where it was); the second then asks for at least all that is ready, so fewer than n
+        is its answer and nothing ready may be left behind. ``held``: another session holds the
+        first ready message while the first reserve runs (so skips it: its first candidate, the
+        mark, stays ready); the second, of 2, must take it first. Otherwise the second, of n, goes
+        on in reserve order from where the first stopped (nothing lies before the mark). Before the
+        first reserve, ``first``, and before the second, ``fill``: messages of priority 0 pushed in
+        one batch (``fill`` after the mark: the read from it finds them). On PostgreSQL the same
+        calls, no mark."""
+        mysql, db = self.dialect == "mysql", self.conns[conn]
+        if first:  # something ready for the first reserve (and to hold)
+            self.push_batch([(k, kd, 0, 0, 0) for k, kd in first])
+        if mysql:
+            sql(db, "SET @pyqueue__ready_full = NULL", ())
+        held = self.hold_first_ready() if lands == "held" and mysql else None
+        try:
+            self.promoted = set()
+            ready = [m for m in self.ready() if m.kk != held]
+            got = self.q(conn).reserve(n, worker=conn, timeout=ticks(lease))
+        finally:
+            if held is not None:
+                sql(self.conns["P"], "ROLLBACK", ())
+        if self.paused:
+            assert got == [], "a paused queue reserves nothing"
+            return
+        self.check_reserve(ready, got, n, lease)
+        if mysql:
+            sql(db, "SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND", ())
+        try:
+            if fill:  # after the mark: what the read from it finds
+                self.push_batch([(k, kd, 0, 0, 0) for k, kd in fill])
+            if lands == "pushed":  # before anything the model holds: 1000.5 ticks back
+                pid = next(self.pids)
+                at = dt.datetime.now(dt.timezone.utc) - ticks(1000.5)
+                inserted = self.q("P").push(key, kind, {"n": pid}, run_at=at)
+                assert inserted == ((key, kind) not in self.msgs), "push dedup"
+                if inserted:
+                    self.add(Msg(key, kind, pid, 0, 0, self.t - 1000.5, None, None, False, self.t - 1000.5))
+            elif lands == "clock":
+                self.shift(1)
+            self.promoted = set()
+            ready = self.ready()
+            n2 = {None: n, "held": 2}.get(lands, max(2, len(ready) + more))
+            got = self.q(conn).reserve(n2, worker=conn, timeout=ticks(lease))
+        finally:
+            if mysql:
+                sql(db, "SET @pyqueue__ready_full = NULL", ())
+        self.check_reserve(ready, got, n2, lease)
+
+    def hold_first_ready(self) -> tuple[str, str] | None:
+        """P holds main's first ready message in reserve order in an open transaction (as a
+        claim in progress would; P rolls back after the reserve): its key, or None when it is
+        due for dead-lettering or expired (a reserve would end it) or nothing is ready."""
+        first = sql(
+            self.conns["admin"],
+            "SELECT id, p_key, p_kind FROM pyqueue_message WHERE queue_name = %s AND scheduled_at <= UTC_TIMESTAMP(6)"
+            " ORDER BY priority DESC, scheduled_at, id LIMIT 1",
+            (self.main,),
+        )
+        if not first:
+            return None
+        kk = (first[0][1], first[0][2])
+        m = self.msgs[kk]
+        if m.attempts >= MAX_ATTEMPTS or self.is_expired(m.pid):
+            return None
+        sql(self.conns["P"], "START TRANSACTION", ())
+        sql(self.conns["P"], "SELECT id FROM pyqueue_message WHERE id = %s FOR UPDATE", (first[0][0],))
+        return kk
+
     @rule(ns=st.lists(st.integers(1, 4), min_size=3, max_size=3), lease=leases, c_pops=st.booleans())
     def reserve_concurrently(self, ns, lease, c_pops):
         """A, B and C reserve (or C pops) at the same moment: disjoint sets, union = what was ready

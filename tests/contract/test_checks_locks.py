@@ -59,6 +59,30 @@ def test_a_reserve_past_many_priorities_with_nothing_ready_skips_what_a_transact
     holder.rollback()
 
 
+def test_a_message_a_batch_reserve_skipped_as_held_is_the_sessions_next_reserves_first(sessions):
+    """A consumer's reserve in its own transaction holds m0; another session's batch reserve skips
+    it and takes m1, m2. The transaction rolls back: that session's next batch reserve takes m0
+    first, in reserve order. On MySQL/MariaDB the first batch reserve's first candidate, m0, is the
+    session's mark, where its next read starts (docs/contract/05_reserve.md); the mark is kept alive
+    here for its longest, 5 s, so the next reserve reads from it, and must read m0 itself."""
+    holder, other = sessions(2)
+    q = unique("skipmark")
+    holder.create(q)
+    for i in range(6):
+        holder.push(q, f"m{i}")
+    other.lock_timeout()
+    holder.begin()
+    assert [r[0] for r in holder.reserve(q, 1)] == ["m0"]
+    assert [r[0] for r in other.reserve(q, 2)] == ["m1", "m2"]
+    holder.rollback()
+    if not other.pg:
+        assert other.sql("SELECT @pyqueue__ready_queue = CONCAT(DATABASE(), '.', %s)", q)[0][0] == 1, (
+            "no mark"
+        )
+        other.sql("SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND")
+    assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m3"]
+
+
 @pytest.mark.parametrize("history", [False, True])
 def test_a_redrive_skips_the_dead_letters_a_transaction_holds(sessions, history):
     """A consumer of the dead-letter queue holds one dead letter in its transaction; a redrive
