@@ -486,7 +486,7 @@ class QueueMachine(RuleBasedStateMachine):
         """Two batch reserves of one session, the second while the mark the first left is live.
         MySQL/MariaDB's batch reserve of priority 0 reads from the first candidate the session's
         last one found, and from the queue's start when that finds fewer than n, or 20 times the
-        last read from the start after it, at most 5 s (docs/contract/05_reserve.md). The rule
+        last read from the start after it, at most 60 s (docs/contract/05_reserve.md). The rule
         lets no mark from before it count, then keeps the first reserve's alive for the second (the
         5 s a read from the start that took 0.25 s gives; real reads take far less, and no other
         rule would see one). Between the two, perhaps, a message lands before the mark: ``pushed``

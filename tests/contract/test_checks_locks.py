@@ -64,7 +64,7 @@ def test_a_message_a_batch_reserve_skipped_as_held_is_the_sessions_next_reserves
     it and takes m1, m2. The transaction rolls back: that session's next batch reserve takes m0
     first, in reserve order. On MySQL/MariaDB the first batch reserve's first candidate, m0, is the
     session's mark, where its next read starts (docs/contract/05_reserve.md); the mark is kept alive
-    here for its longest, 5 s, so the next reserve reads from it, and must read m0 itself."""
+    here for 5 s (what a read from the start of 0.25 s gives), so the next reserve reads from it, and must read m0 itself."""
     holder, other = sessions(2)
     q = unique("skipmark")
     holder.create(q)

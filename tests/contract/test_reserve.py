@@ -121,7 +121,7 @@ def test_a_batch_reserve_returning_fewer_than_n_takes_a_message_ready_before_wha
     ready before what the same session reserved last (docs/contract/05_reserve.md). MySQL/MariaDB's
     batch reserve of priority 0 reads from the first candidate the session's last one found (its
     mark), and from the queue's start when that finds fewer than n: the mark is kept alive here
-    for its longest, 5 s (a last read from the start that took 0.25 s), so the second reserve reads
+    for 5 s (what a last read from the start that took 0.25 s gives), so the second reserve reads
     from it; without the read from the start it would miss "early". Both reserves on one session."""
     queue.push_many([(f"m{i}", "k", i) for i in range(4)])
     first = sql("queue_reserve", queue.name, "w", sql.dur(60), 2, None, casts=(None, None, "::interval"))
