@@ -393,6 +393,7 @@ RETURNS TABLE (c_key varchar, c_kind varchar, c_payload jsonb, c_token uuid, c_p
                c_headers jsonb)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+SET enable_seqscan = off  -- the claim's rows by ctid: never a read of the table (see the UPDATE)
 AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.clock_timestamp();
@@ -430,7 +431,9 @@ BEGIN
                        reserved_by   = in_worker,
                        reserve_token = pg_catalog.gen_random_uuid()
                   FROM pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
-                 WHERE m.ctid = c.tid AND m.attempts < in_queue.max_attempts
+                 -- (= ANY: a TID scan of the rows, whatever the table's size when the generic plan
+                 -- was made; the join alone planned on a young table read all of it, dead rows too)
+                 WHERE m.ctid = ANY (v_tids) AND m.ctid = c.tid AND m.attempts < in_queue.max_attempts
                    AND NOT pyqueue__expired(m.headers, m.dead_from::text, v_clock)
                 RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.reserve_token, m.priority,
                           m.attempts, m.created_at, m.scheduled_at_initially, m.headers
@@ -477,6 +480,7 @@ RETURNS TABLE (p_key varchar, p_kind varchar, payload jsonb, priority integer,
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+SET enable_seqscan = off  -- the rows by ctid: never a read of the table (see pyqueue__reserve)
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -566,7 +570,7 @@ BEGIN
         WITH gone AS (
             DELETE FROM pyqueue_message m
              USING pg_catalog.unnest(v_tids) WITH ORDINALITY AS c (tid, ord)
-             WHERE m.ctid = c.tid
+             WHERE m.ctid = ANY (v_tids) AND m.ctid = c.tid  -- (a TID scan: see pyqueue__reserve)
             RETURNING c.ord, m.p_key, m.p_kind, m.payload, m.priority, m.attempts, m.created_at,
                       m.reserved_by, m.last_error, m.progress, m.headers
         ), archived AS (
