@@ -35,7 +35,7 @@ def _pyqueue(dialect: str, dsn: str):
         lambda: q.push_many([(f"m{next(k)}", "job", {"n": i}) for i in range(BATCH)]),
         lambda: q.reserve(n=BATCH, worker="held", timeout=300),
         q.commit_many,
-        db.connection,
+        [db.connection],
     )
 
 
@@ -54,7 +54,7 @@ def _plain(dialect: str, dsn: str):
         lambda: job.push_batch([f"m{next(k)}" for _ in range(BATCH)]),
         lambda: job._reserve(BATCH),
         settle,
-        job.auto,
+        [job.auto, job.conn],  # pushes and settles; the reserve's transactions
     )
 
 
@@ -65,7 +65,7 @@ def _pgmq(dialect: str, dsn: str):
         lambda: common.query(conn, Pgmq.SEND_BATCH, (QUEUE, bodies)),
         lambda: [r[0] for r in common.query(conn, Pgmq.READ, (QUEUE, 300, BATCH))],
         lambda ids: ids and common.query(conn, Pgmq.DELETE_BATCH, (QUEUE, ids)),
-        conn,
+        [conn],
     )
 
 
@@ -81,11 +81,12 @@ SESSION = {
 }
 
 
-def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, session) -> None:
+def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) -> None:
     """One client: push, reserve (timed), settle until stop; the times sent every half second, its
-    own CPU seconds kept in cpu, its server session's pid or thread id put in session."""
-    push, reserve, settle, conn = SYSTEMS[name](dialect, dsn)
-    session.value = int(common.query(conn, SESSION[dialect])[0][0])
+    own CPU seconds kept in cpu, its server sessions' pids or thread ids put in sessions."""
+    push, reserve, settle, conns = SYSTEMS[name](dialect, dsn)
+    for conn, session in zip(conns, sessions):
+        session.value = int(common.query(conn, SESSION[dialect])[0][0])
     sent, buf = time.perf_counter(), []
     while not stop.is_set():
         cpu.value = time.process_time()
@@ -180,7 +181,7 @@ def run(args) -> dict:
         stop, times = ctx.Event(), ctx.Queue()
         counts = {n: ctx.Value("q", 0, lock=False) for n in systems}
         cpus = {n: ctx.Value("d", 0.0, lock=False) for n in systems}
-        sessions = {n: ctx.Value("q", 0, lock=False) for n in systems}
+        sessions = {n: [ctx.Value("q", 0, lock=False) for _ in range(2)] for n in systems}
         server = common.server_pid(dialect, dsn) if dialect == "mysql" else None
         procs = [
             ctx.Process(target=_loop, args=(n, dialect, dsn, stop, counts[n], times, cpus[n], sessions[n]))
@@ -200,13 +201,15 @@ def run(args) -> dict:
                 time.sleep(min(1.0, until - now))
                 used = {}
                 for n in systems:
-                    sid = sessions[n].value or None
-                    serv = (
+                    sids = [v.value for v in sessions[n] if v.value]
+                    serv = [
                         common.process_cpu(sid)
                         if dialect == "postgresql"
                         else common.process_cpu(server, sid)
-                    )
-                    used[n] = (cpus[n].value or None, serv if sid else None)
+                        for sid in sids
+                    ]
+                    total = sum(serv) if sids and None not in serv else None
+                    used[n] = (cpus[n].value or None, total)
                 series.append((time.perf_counter() - t0, {n: counts[n].value for n in systems}, used))
                 while True:
                     try:
@@ -263,8 +266,8 @@ def summary(out: dict) -> str:
         f"SELECT ... LIMIT {BATCH} FOR UPDATE SKIP LOCKED + UPDATE, DELETE by ids); a snapshot held from "
         f"{res['hold_at_s']} s for {res['held_s']:.0f} s. Load average {out['load'][0]:.1f} before, "
         f"{out['load_after'][0]:.1f} after ({out['cpus']} CPUs). Each row: msg/s over the 30 s (at most) before it, "
-        f"the ratio to the row \"before\", the reserve's time, the CPU a message of the system's server session "
-        f"(PostgreSQL its backend, MariaDB its connection's thread) and of its client process (10 ms ticks of "
+        f"the ratio to the row \"before\", the reserve's time, the CPU a message of the system's server sessions "
+        f"(PostgreSQL their backends, MariaDB their connections' threads) and of its client process (10 ms ticks of "
         f"/proc and getrusage), the server's {HORIZON[dialect][0]} and "
         + ("the shared buffers one reserve touches (EXPLAIN ANALYZE, rolled back)." if dialect == "postgresql" else
            f"the pages a read of the first {BATCH} ready entries from the range's start accesses (ANALYZE FORMAT=JSON)."),

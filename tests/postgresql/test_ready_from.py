@@ -103,26 +103,29 @@ def _pop_entries(conn, queue) -> int:
     return after - before
 
 
+def _churn(conn, queue, lease):
+    """CHURNED messages pushed, reserved for lease and committed, 100 at a time."""
+    for start in range(0, CHURNED, 100):
+        _run(
+            conn,
+            "SELECT queue_push_batch(%s, %s::text[], %s::text[], %s::jsonb[])",
+            (queue, [f"c{i}" for i in range(start, start + 100)], ["job"] * 100, ["{}"] * 100),
+        )
+        got = _run(conn, "SELECT p_key, token FROM queue_reserve(%s, 'w', %s::interval, 100)", (queue, lease))
+        assert len(got) == 100
+        _run(
+            conn,
+            "SELECT queue_commit_batch(%s, %s, %s, %s)",
+            (queue, [k for k, _ in got], ["job"] * 100, [str(t) for _, t in got]),
+        )
+
+
 def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, pg):
     conn, holder = pg(), pg()
     _run(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ")
     _run(holder, "SELECT count(*) FROM pyqueue_queue")  # the snapshot: nothing dead since can go
     try:
-        for start in range(0, CHURNED, 100):
-            _run(
-                conn,
-                "SELECT queue_push_batch(%s, %s::text[], %s::text[], %s::jsonb[])",
-                (queue.name, [f"c{i}" for i in range(start, start + 100)], ["job"] * 100, ["{}"] * 100),
-            )
-            got = _run(
-                conn, "SELECT p_key, token FROM queue_reserve(%s, 'w', interval '60 s', 100)", (queue.name,)
-            )
-            assert len(got) == 100
-            _run(
-                conn,
-                "SELECT queue_commit_batch(%s, %s, %s, %s)",
-                (queue.name, [k for k, _ in got], ["job"] * 100, [str(t) for _, t in got]),
-            )
+        _churn(conn, queue.name, "60 s")
         pushed_by = dt.datetime.now(UTC)
         _advance_past(conn, queue.name, pushed_by)
         queue.push("fresh", "job", {})
@@ -174,20 +177,7 @@ def test_under_a_held_snapshot_the_bound_step_does_not_walk_back_over_the_dead_l
     _run(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ")
     _run(holder, "SELECT count(*) FROM pyqueue_queue")  # the snapshot: nothing dead since can go
     try:
-        for start in range(0, CHURNED, 100):
-            _run(
-                conn,
-                "SELECT queue_push_batch(%s, %s::text[], %s::text[], %s::jsonb[])",
-                (queue.name, [f"c{i}" for i in range(start, start + 100)], ["job"] * 100, ["{}"] * 100),
-            )
-            got = _run(
-                conn, "SELECT p_key, token FROM queue_reserve(%s, 'w', interval '300 s', 100)", (queue.name,)
-            )
-            _run(
-                conn,
-                "SELECT queue_commit_batch(%s, %s, %s, %s)",
-                (queue.name, [k for k, _ in got], ["job"] * len(got), [str(t) for _, t in got]),
-            )
+        _churn(conn, queue.name, "300 s")
         pushed_by = dt.datetime.now(UTC)
         _advance_past(conn, queue.name, pushed_by)
         queue.push("fresh", "job", {})
