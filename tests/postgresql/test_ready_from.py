@@ -120,21 +120,26 @@ def _churn(conn, queue, lease):
         )
 
 
-def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, pg):
-    conn, holder = pg(), pg()
+def _held_churn(conn, holder, queue, lease, measure) -> int:
+    """Under a snapshot holder takes (nothing dead since can go): CHURNED messages churned with
+    lease, the bound moved past them, one message pushed; returns measure(conn, queue name), and
+    checks that the reserve then takes that message."""
     _run(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ")
-    _run(holder, "SELECT count(*) FROM pyqueue_queue")  # the snapshot: nothing dead since can go
+    _run(holder, "SELECT count(*) FROM pyqueue_queue")
     try:
-        _churn(conn, queue.name, "60 s")
-        pushed_by = dt.datetime.now(UTC)
-        _advance_past(conn, queue.name, pushed_by)
+        _churn(conn, queue.name, lease)
+        _advance_past(conn, queue.name, dt.datetime.now(UTC))
         queue.push("fresh", "job", {})
-        entries = _pop_entries(conn, queue.name)
-        print("entries", entries)
-        assert entries <= MAX_ENTRIES, entries
+        measured = measure(conn, queue.name)
         assert _reserve_keys(conn, queue.name) == ["fresh"]
+        return measured
     finally:
         _run(holder, "ROLLBACK")
+
+
+def test_under_a_held_snapshot_the_reserve_starts_past_the_dead_entries(queue, pg):
+    entries = _held_churn(pg(), pg(), queue, "60 s", _pop_entries)
+    assert entries <= MAX_ENTRIES, entries
 
 
 def _step_entries(conn, queue, tries=10) -> int:
@@ -170,22 +175,12 @@ def test_under_a_held_snapshot_the_bound_step_does_not_walk_back_over_the_dead_l
     """Messages committed while reserved leave their lease's entry (scheduled_at = the lease's end)
     at the end of the ready index, where a read of the queue's top priority starts: the step that
     moves the bound keeps the noted top while a message of it is there from the bound on."""
-    conn, holder = pg(), pg()
+    conn = pg()
     queue.push("first", "job", {})
     _advance(conn, queue.name, steps=1)  # notes the top priority, 0
     assert [r[0] for r in _run(conn, "SELECT p_key FROM queue_pop(%s, 1)", (queue.name,))] == ["first"]
-    _run(holder, "BEGIN ISOLATION LEVEL REPEATABLE READ")
-    _run(holder, "SELECT count(*) FROM pyqueue_queue")  # the snapshot: nothing dead since can go
-    try:
-        _churn(conn, queue.name, "300 s")
-        pushed_by = dt.datetime.now(UTC)
-        _advance_past(conn, queue.name, pushed_by)
-        queue.push("fresh", "job", {})
-        entries = _step_entries(conn, queue.name)
-        assert entries <= MAX_ENTRIES, entries
-        assert _reserve_keys(conn, queue.name) == ["fresh"]
-    finally:
-        _run(holder, "ROLLBACK")
+    entries = _held_churn(conn, pg(), queue, "300 s", _step_entries)
+    assert entries <= MAX_ENTRIES, entries
 
 
 def _bound(conn, queue):
