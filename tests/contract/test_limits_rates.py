@@ -390,14 +390,17 @@ def test_next_scheduled_at_answers_when_the_next_unit_frees(make_q, raw, dialect
 @pytest.mark.slow
 def test_never_more_than_n_in_any_window_under_concurrent_reservers(make_q, raw, dialect, dsn):
     """Six connections reserve in loops (1 to 3 at a time) for about 4.5 s against a rate of 5 per
-    second; the lease starts, read from the messages, never put 6 within one second, and the rate
-    is reached (at least 90 % of n per per over the run)."""
+    second; the lease starts, read from the messages, never put 6 within one second, and no unit
+    is withheld: the n-th reservation after one comes at most a window plus the reservers' own
+    delays later (the longest gap between two calls' starts of a connection, twice: a call that
+    starts after the unit frees takes it, within its own duration), whatever the machine's load."""
     n, per, threads, run_s, timeout = 5, 1.0, 6, 4.5, 120
     q = make_q()
     push(raw, dialect, q, [(f"m{i:04d}", "k") for i in range(400)])
     set_rate(raw, dialect, q, "k", n, per)
     failures: list[BaseException] = []
     counts = [0] * threads
+    gaps = [0.0] * threads  # the longest time between two calls' starts, per connection
     start = time.monotonic()
 
     def reserver(i):
@@ -408,7 +411,9 @@ def test_never_more_than_n_in_any_window_under_concurrent_reservers(make_q, raw,
         else:
             sql = "CALL queue_reserve(%s, %s, %s, %s, NULL)"
         try:
-            while time.monotonic() - start < run_s:
+            last = start
+            while (now := time.monotonic()) - start < run_s:
+                gaps[i], last = max(gaps[i], now - last), now
                 cur = conn.cursor()
                 cur.execute(sql, (q, f"r{i}", timeout, rng.randint(1, 3)))
                 got = cur.fetchall() if cur.description else []
@@ -444,6 +449,12 @@ def test_never_more_than_n_in_any_window_under_concurrent_reservers(make_q, raw,
     reached = (len(times) - n) / (n * span_s / per)
     print(dialect, len(times), "reservations over", round(span_s, 3), "s:", round(reached, 3), "of the rate")
     assert elapsed >= run_s and span_s >= run_s - 1.5 * per, (span_s, elapsed)
-    # (0.8: six reservers on two loaded cores can each come back a fifth of a window late; the
-    # safety bound above is the exact one)
-    assert reached >= 0.8, (len(times), span_s)
+    # liveness, as a bound on every pair with the reservers' measured delays as its margin (a rate
+    # reached over the run is moved by the load: each late call delays that unit's next window)
+    slack_us = int(2 * max(gaps) * 1_000_000) + 50_000
+    late = [
+        (times[i], times[i + n]) for i in range(len(times) - n) if times[i + n] - times[i] > per_us + slack_us
+    ]
+    assert not late, (
+        f"a unit withheld: {late[:3]} (windows of {per} s plus {slack_us} µs of the reservers' delays)"
+    )
