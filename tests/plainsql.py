@@ -22,6 +22,25 @@ from pyqueue_sql import dialects
 
 Runner = Callable[..., Sequence[Sequence[Any]]]
 
+# A batch reserve's mark (docs/contract/05_reserve.md): its session reads from the first candidate
+# its last batch reserve found until a read from the queue's start (PostgreSQL: from its bound) is
+# due. MARK_IS (one parameter, the queue): whether the session's mark is that queue's (true or 1);
+# MARK_KEPT: the mark stays live for 5 s (what a read from the start that took 0.25 s gives; real
+# reads take far less); MARK_DROPPED: the next batch reserve reads from the start.
+MARK_IS = {
+    "postgresql": "SELECT current_setting('pyqueue.ready_queue', true)"
+    " = format('%%I.%%I.%%I', current_database(), current_schema(), %s::text)",
+    "mysql": "SELECT @pyqueue__ready_queue = CONCAT(DATABASE(), '.', %s)",
+}
+MARK_KEPT = {
+    "postgresql": "SELECT set_config('pyqueue.ready_full', (clock_timestamp() + interval '5 s')::text, false)",
+    "mysql": "SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND",
+}
+MARK_DROPPED = {
+    "postgresql": "SELECT set_config('pyqueue.ready_full', '', false)",
+    "mysql": "SET @pyqueue__ready_full = NULL",
+}
+
 
 def statement(dialect: str, routine: str, n: int, casts: Sequence[str | None] = ()) -> str:
     """``SELECT * FROM routine(%s, ...)`` on PostgreSQL (casts: a suffix per argument, such as
@@ -113,6 +132,12 @@ class Session(Sql):
 
     def commit(self) -> None:
         self.sql("COMMIT")
+
+    def keep_mark(self, queue: str) -> None:
+        """Checks that this session's batch reserve left a mark on the queue, and keeps it live
+        for 5 s (MARK_KEPT)."""
+        assert self.sql(MARK_IS[self.dialect], queue)[0][0], "the batch reserve left no mark"
+        self.sql(MARK_KEPT[self.dialect])
 
     def close(self) -> None:
         self.conn.close()

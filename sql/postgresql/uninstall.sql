@@ -215,6 +215,7 @@ DROP FUNCTION IF EXISTS pyqueue__expire(pyqueue_queue, tid);
 DROP FUNCTION IF EXISTS pyqueue__expired(jsonb, text, text);
 DROP FUNCTION IF EXISTS pyqueue__clock_text(timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__due_tids(text, timestamptz, integer, text[], integer, timestamptz, bigint);
+DROP FUNCTION IF EXISTS pyqueue__ready_tids(text, timestamptz, integer, text[], boolean, boolean);
 DROP FUNCTION IF EXISTS pyqueue__ready_tids(text, timestamptz, integer, text[], boolean);
 DROP FUNCTION IF EXISTS pyqueue__ready_from_advance(text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__ready_from_lower(text, timestamptz, timestamptz);

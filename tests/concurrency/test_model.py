@@ -70,6 +70,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 import pyqueue_sql
+from tests.plainsql import MARK_DROPPED, MARK_KEPT
 
 from .model.admin import AdminRules
 from .model.base import (
@@ -484,27 +485,28 @@ class QueueMachine(RuleBasedStateMachine):
     @covers("queue_reserve")
     def reserve_twice_past_the_mark(self, conn, n, lease, lands, key, kind, more, first=(), fill=()):
         """Two batch reserves of one session, the second while the mark the first left is live.
-        MySQL/MariaDB's batch reserve of priority 0 reads from the first candidate the session's
-        last one found, and from the queue's start when that finds fewer than n, or 20 times the
-        last read from the start after it, at most 60 s (docs/contract/05_reserve.md). The rule
-        lets no mark from before it count, then keeps the first reserve's alive for the second (the
-        5 s a read from the start that took 0.25 s gives; real reads take far less, and no other
-        rule would see one). Between the two, perhaps, a message lands before the mark: ``pushed``
-        with a run_at long past, or every message moved back by a ``clock`` advance (the mark
-        stays where it was); the second then asks for at least all that is ready, so fewer than n
-        is its answer and nothing ready may be left behind. ``held``: another session holds the
-        first ready message while the first reserve runs (so skips it: its first candidate, the
-        mark, stays ready); the second, of 2, must take it first. Otherwise the second, of n, goes
-        on in reserve order from where the first stopped (nothing lies before the mark). Before the
-        first reserve, ``first``, and before the second, ``fill``: messages of priority 0 pushed in
-        one batch (``fill`` after the mark: the read from it finds them). On PostgreSQL the same
-        calls, no mark."""
-        mysql, db = self.dialect == "mysql", self.conns[conn]
+        A batch reserve (MySQL/MariaDB: of priority 0; PostgreSQL: the first priority of its walk
+        with a ready message) reads from the first candidate the session's last one found, and from
+        the queue's start (PostgreSQL: its bound) when that finds fewer than n, or 20 times the last
+        read from the start after it, at most 60 s (docs/contract/05_reserve.md). The rule lets no
+        mark from before it count, then keeps the first reserve's alive for the second (the 5 s a
+        read from the start that took 0.25 s gives; real reads take far less, and no other rule
+        would see one). Between the two, perhaps, a message lands before the mark: ``pushed`` with
+        a run_at long past (PostgreSQL: its lowering of the bound, at or before the mark, sends the
+        second to the bound anyway), or every message moved back by a ``clock`` advance (the mark
+        stays where it was; PostgreSQL: the bound is reset); the second then asks for at least all
+        that is ready, so fewer than n is its answer and nothing ready may be left behind.
+        ``held``: another session holds the first ready message while the first reserve runs (so
+        skips it: its first candidate, read without locks, the mark, stays ready); the second, of
+        2, must take it first. Otherwise the second, of n, goes on in reserve order from where the
+        first stopped (nothing lies before the mark). Before the first reserve, ``first``, and
+        before the second, ``fill``: messages of priority 0 pushed in one batch (``fill`` after
+        the mark: the read from it finds them)."""
+        db = self.conns[conn]
         if first:  # something ready for the first reserve (and to hold)
             self.push_batch([(k, kd, 0, 0, 0) for k, kd in first])
-        if mysql:
-            sql(db, "SET @pyqueue__ready_full = NULL", ())
-        held = self.hold_first_ready() if lands == "held" and mysql else None
+        sql(db, MARK_DROPPED[self.dialect], ())
+        held = self.hold_first_ready() if lands == "held" else None
         try:
             self.promoted = set()
             ready = [m for m in self.ready() if m.kk != held]
@@ -516,8 +518,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert got == [], "a paused queue reserves nothing"
             return
         self.check_reserve(ready, got, n, lease)
-        if mysql:
-            sql(db, "SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND", ())
+        sql(db, MARK_KEPT[self.dialect], ())
         try:
             if fill:  # after the mark: what the read from it finds
                 self.push_batch([(k, kd, 0, 0, 0) for k, kd in fill])
@@ -535,17 +536,17 @@ class QueueMachine(RuleBasedStateMachine):
             n2 = {None: n, "held": 2}.get(lands, max(2, len(ready) + more))
             got = self.q(conn).reserve(n2, worker=conn, timeout=ticks(lease))
         finally:
-            if mysql:
-                sql(db, "SET @pyqueue__ready_full = NULL", ())
+            sql(db, MARK_DROPPED[self.dialect], ())
         self.check_reserve(ready, got, n2, lease)
 
     def hold_first_ready(self) -> tuple[str, str] | None:
         """P holds main's first ready message in reserve order in an open transaction (as a
         claim in progress would; P rolls back after the reserve): its key, or None when it is
         due for dead-lettering or expired (a reserve would end it) or nothing is ready."""
+        now = "clock_timestamp()" if self.dialect == "postgresql" else "UTC_TIMESTAMP(6)"
         first = sql(
             self.conns["admin"],
-            "SELECT id, p_key, p_kind FROM pyqueue_message WHERE queue_name = %s AND scheduled_at <= UTC_TIMESTAMP(6)"
+            f"SELECT id, p_key, p_kind FROM pyqueue_message WHERE queue_name = %s AND scheduled_at <= {now}"
             " ORDER BY priority DESC, scheduled_at, id LIMIT 1",
             (self.main,),
         )

@@ -7,6 +7,7 @@ import datetime as dt
 import time
 
 import pyqueue_sql
+from tests.plainsql import MARK_IS, MARK_KEPT
 
 UTC = dt.timezone.utc
 
@@ -118,18 +119,19 @@ def test_a_batch_reserve_returning_fewer_than_n_takes_a_message_ready_before_wha
     dialect, raw, sql, queue
 ):
     """A batch reserve that returns fewer than n leaves no ready message behind, even one that became
-    ready before what the same session reserved last (docs/contract/05_reserve.md). MySQL/MariaDB's
-    batch reserve of priority 0 reads from the first candidate the session's last one found (its
-    mark), and from the queue's start when that finds fewer than n: the mark is kept alive here
-    for 5 s (what a last read from the start that took 0.25 s gives), so the second reserve reads
-    from it; without the read from the start it would miss "early". Both reserves on one session."""
+    ready before what the same session reserved last (docs/contract/05_reserve.md). A batch reserve
+    reads from the first candidate the session's last one found (its mark), and from the queue's
+    start when that finds fewer than n: the mark is kept alive here for 5 s (what a last read from
+    the start that took 0.25 s gives), so the second reserve reads from it; without the read from
+    the start it would miss "early" (MySQL/MariaDB; on PostgreSQL the push in the past also makes
+    the next batch reserve read from the bound, as long as the bound has not taken it in). Both
+    reserves on one session."""
     queue.push_many([(f"m{i}", "k", i) for i in range(4)])
     first = sql("queue_reserve", queue.name, "w", sql.dur(60), 2, None, casts=(None, None, "::interval"))
     assert [r[0] for r in first] == ["m0", "m1"]
-    if dialect == "mysql":
-        [(mark,)] = raw("SELECT @pyqueue__ready_queue = CONCAT(DATABASE(), '.', %s)", (queue.name,))
-        assert mark == 1, "the batch reserve left no mark: it did not go the short way"
-        raw("SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND")
+    [(mark,)] = raw(MARK_IS[dialect], (queue.name,))
+    assert mark, "the batch reserve left no mark (MySQL/MariaDB: it did not go the short way)"
+    raw(MARK_KEPT[dialect])
     queue.push("early", "k", "e", run_at=dt.datetime.now(UTC) - dt.timedelta(hours=1))
     second = sql("queue_reserve", queue.name, "w", sql.dur(60), 5, None, casts=(None, None, "::interval"))
     assert [r[0] for r in second] == ["early", "m2", "m3"]

@@ -127,7 +127,9 @@ $$;
 --   the top), and an upgrade leaves none;
 -- - pyqueue__ready_tids and pyqueue__limited_tids returning the ctids alone
 --   (tid[]): a function cannot change its result type in place; internal
---   helpers, granted to nobody;
+--   helpers, granted to nobody; pyqueue__ready_tids of five arguments, at
+--   all: it took a sixth (in_mark), with a default, and the two would make
+--   a call of five ambiguous;
 -- - pyqueue__reserve, queue_reserve, queue_commit_reserve (both), queue_pop,
 --   queue_dead_letters and queue_messages returning their rows without the
 --   trailing headers column (a function cannot change its result columns in
@@ -146,10 +148,11 @@ BEGIN
                               JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) a.t
                              WHERE ty.typtype OPERATOR(pg_catalog.=) 'p'))
             OR (p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-                    pg_catalog.to_regprocedure('pyqueue__ready_tids(text, timestamptz, integer, text[], boolean)'),
                     pg_catalog.to_regprocedure(
                         'pyqueue__limited_tids(text, timestamptz, integer, text[], timestamptz, bigint, integer)')]::oid[])
                 AND p.prorettype OPERATOR(pg_catalog.=) 'tid[]'::pg_catalog.regtype::pg_catalog.oid)
+            OR p.oid OPERATOR(pg_catalog.=)
+                   pg_catalog.to_regprocedure('pyqueue__ready_tids(text, timestamptz, integer, text[], boolean)')
             OR (p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
                     pg_catalog.to_regprocedure('pyqueue__reserve(pyqueue_queue, text, interval, integer, text[])'),
                     pg_catalog.to_regprocedure('queue_reserve(text, text, interval, integer, text[])'),

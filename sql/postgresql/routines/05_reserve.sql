@@ -191,11 +191,34 @@ $$;
 -- prove the due index's condition and read that index instead, filtering by
 -- priority. Queues with concurrency limits or rate limits go through
 -- pyqueue__limited_tids. Caller holds the locks until its transaction ends.
+-- The session's mark (in_mark: a reserve's call, pyqueue__reserve; of 2 or
+-- more messages, without a kinds filter; not pop's): under a held xmin
+-- horizon the range from the bound still holds the dead entries of every
+-- message reserved since the bound's time (it lags the clock by a second or
+-- more: at full churn thousands of entries, each one's row checked). So the
+-- first step of the walk that finds a ready message keeps in the session's
+-- settings (pyqueue.ready_queue: database, schema and queue; _priority, _at,
+-- _id) the first candidate it found, read plainly: a message another
+-- transaction holds is one, so that one is not left behind when that
+-- transaction rolls back. While the mark is live (pyqueue.ready_full not
+-- passed, and no lowering at or before it), the step of its priority reads
+-- the first in_n candidates plainly from the mark (or from the bound, if
+-- that is past it), moves the mark to the first, and locks from there; when
+-- fewer than it wants turn up there, it reads from the bound, as a step
+-- without a live mark does. A read from the bound finds the mark anew (its
+-- first candidate, plainly, then locks from there) and sets
+-- pyqueue.ready_full: 20 times what that read took, at most 60 s, after it
+-- (so those reads take at most a twenty-first of a busy session's time). A
+-- message that becomes ready before the mark (a run_at in the past whose
+-- lowering an advance folded in first, a push committed late, a reservation
+-- that expired) waits for that read from the bound, or for a reserve that
+-- finds fewer than it wants after the mark. Settings are transactional: a
+-- reserve rolled back leaves the mark it found.
 -- o_tids: the ctids; o_at: the reservation time of the pass when it took a
 -- unit of a rate (pyqueue__limited_tids), else NULL: the caller then makes it
 -- the lease start of what it reserves.
 CREATE OR REPLACE FUNCTION pyqueue__ready_tids(in_queue text, in_now timestamptz, in_n integer, in_kinds text[],
-                                               in_advance boolean DEFAULT false,
+                                               in_advance boolean DEFAULT false, in_mark boolean DEFAULT false,
                                                OUT o_tids tid[], OUT o_at timestamptz)
 LANGUAGE plpgsql
 SET enable_sort = off  -- every read here is in the ready index's order: never a sort (see the first)
@@ -212,6 +235,16 @@ DECLARE
     v_lowered  timestamptz;
     v_moved    timestamptz;
     v_limited  boolean;
+    v_mark     boolean := in_mark AND in_n >= 2 AND in_kinds IS NULL;  -- a step may read from the mark / set it
+    v_key      text;
+    v_live     boolean := false;
+    v_mpri     integer;
+    v_mat      timestamptz;
+    v_mid      bigint;
+    v_at       timestamptz;
+    v_id       bigint;
+    v_got      integer;
+    v_t0       timestamptz;
 BEGIN
     -- One read for where the walk starts: the queue's bound (ready_from,
     -- ready_from_id; lowered by any pyqueue_ready_lower row), whether it has
@@ -266,22 +299,87 @@ BEGIN
           FROM pyqueue__limited_tids(in_queue, in_now, in_n, in_kinds, v_from, v_from_id, v_priority) lt;
         RETURN;
     END IF;
+    IF v_mark THEN  -- the session's mark (see above), when it is this queue's and live
+        v_key := pg_catalog.format('%I.%I.%I', pg_catalog.current_database(), pg_catalog.current_schema(), in_queue);
+        IF pg_catalog.current_setting('pyqueue.ready_queue', true) = v_key
+           AND pg_catalog.clock_timestamp()
+               < NULLIF(pg_catalog.current_setting('pyqueue.ready_full', true), '')::timestamptz THEN
+            v_mpri := pg_catalog.current_setting('pyqueue.ready_priority')::integer;
+            v_mat := pg_catalog.current_setting('pyqueue.ready_at')::timestamptz;
+            v_mid := pg_catalog.current_setting('pyqueue.ready_id')::bigint;
+            v_live := v_lowered IS NULL OR v_lowered > v_mat;  -- a lowering at or before it: from the bound
+        END IF;
+    END IF;
     WHILE v_priority IS NOT NULL LOOP
         IF v_empty >= 8 THEN
             o_tids := v_tids || pyqueue__due_tids(in_queue, in_now, v_left, in_kinds, v_priority, v_from, v_from_id);
             RETURN;
         END IF;
-        SELECT pg_catalog.array_agg(r.tid) INTO v_step
-          FROM (SELECT m.ctid AS tid
+        v_at := v_from;
+        v_id := v_from_id;
+        IF v_mark THEN  -- this step reads from the mark, or from the bound and finds the mark
+            v_got := 0;
+            IF v_live AND v_priority = v_mpri THEN
+                IF (v_mat, v_mid) > (v_from, v_from_id) THEN
+                    v_at := v_mat;
+                    v_id := v_mid;
+                END IF;
+                -- up to v_left candidates from there, read plainly (nothing locked): the first and how many
+                SELECT c.scheduled_at, c.id, pg_catalog.count(*) OVER () INTO v_at, v_id, v_got
+                  FROM (SELECT m.scheduled_at, m.id
+                          FROM pyqueue_message m
+                         WHERE m.queue_name::text = in_queue
+                           AND m.priority = v_priority
+                           AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (v_at, v_id)
+                           AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
+                         ORDER BY m.scheduled_at, m.id
+                         LIMIT v_left) AS c
+                 LIMIT 1;
+            END IF;
+            IF coalesce(v_got, 0) >= v_left THEN  -- the mark moves to the first candidate
+                PERFORM pg_catalog.set_config('pyqueue.ready_at',
+                                              pg_catalog.to_char(pg_catalog.timezone('UTC', v_at),
+                                                                 'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC'), false),
+                        pg_catalog.set_config('pyqueue.ready_id', v_id::text, false);
+            ELSE  -- from the bound: its first candidate, read plainly, is the mark; the read is timed
+                v_t0 := pg_catalog.clock_timestamp();
+                SELECT m.scheduled_at, m.id INTO v_at, v_id
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
                    AND m.priority = v_priority
                    AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (v_from, v_from_id)
                    AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
-                   AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
                  ORDER BY m.scheduled_at, m.id
-                 LIMIT v_left
-                   FOR UPDATE SKIP LOCKED) AS r;
+                 LIMIT 1;
+                IF v_at IS NOT NULL THEN
+                    PERFORM pg_catalog.set_config('pyqueue.ready_queue', v_key, false),
+                            pg_catalog.set_config('pyqueue.ready_priority', v_priority::text, false),
+                            pg_catalog.set_config('pyqueue.ready_at',
+                                                  pg_catalog.to_char(pg_catalog.timezone('UTC', v_at),
+                                                                     'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC'), false),
+                            pg_catalog.set_config('pyqueue.ready_id', v_id::text, false),
+                            pg_catalog.set_config('pyqueue.ready_full', pg_catalog.to_char(pg_catalog.timezone('UTC',
+                                pg_catalog.clock_timestamp() + LEAST(interval '60 seconds',
+                                    20 * (pg_catalog.clock_timestamp() - v_t0))), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC'),
+                                false);
+                END IF;
+            END IF;
+            v_mark := v_at IS NULL;  -- a step that found a candidate set the mark: the later ones read from the bound
+        END IF;
+        v_step := NULL;
+        IF v_at IS NOT NULL THEN
+            SELECT pg_catalog.array_agg(r.tid) INTO v_step
+              FROM (SELECT m.ctid AS tid
+                      FROM pyqueue_message m
+                     WHERE m.queue_name::text = in_queue
+                       AND m.priority = v_priority
+                       AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (v_at, v_id)
+                       AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
+                       AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                     ORDER BY m.scheduled_at, m.id
+                     LIMIT v_left
+                       FOR UPDATE SKIP LOCKED) AS r;
+        END IF;
         IF v_step IS NULL THEN
             v_empty := v_empty + 1;
         ELSE
@@ -414,7 +512,7 @@ BEGIN
     END IF;
     LOOP
         SELECT rt.o_tids, rt.o_at INTO v_tids, v_at
-          FROM pyqueue__ready_tids(in_queue.queue_name::text, v_now, v_left, in_kinds, v_first) rt;
+          FROM pyqueue__ready_tids(in_queue.queue_name::text, v_now, v_left, in_kinds, v_first, true) rt;
         v_first := false;
         EXIT WHEN v_tids IS NULL;
         -- The clock for what this writes, read now that the row locks gave
