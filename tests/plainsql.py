@@ -26,7 +26,8 @@ Runner = Callable[..., Sequence[Sequence[Any]]]
 # its last batch reserve found until a read from the queue's start (PostgreSQL: from its bound) is
 # due. MARK_IS (one parameter, the queue): whether the session's mark is that queue's (true or 1);
 # MARK_KEPT: the mark stays live for 5 s (what a read from the start that took 0.25 s gives; real
-# reads take far less); MARK_DROPPED: the next batch reserve reads from the start.
+# reads take far less); MARK_PASSED: its time is up (a second ago); MARK_DUE: when it is up, and the
+# server's clock; MARK_DROPPED: the next batch reserve reads from the start.
 MARK_IS = {
     "postgresql": "SELECT current_setting('pyqueue.ready_queue', true)"
     " = format('%%I.%%I.%%I', current_database(), current_schema(), %s::text)",
@@ -35,6 +36,15 @@ MARK_IS = {
 MARK_KEPT = {
     "postgresql": "SELECT set_config('pyqueue.ready_full', (clock_timestamp() + interval '5 s')::text, false)",
     "mysql": "SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND",
+}
+MARK_PASSED = {
+    "postgresql": "SELECT set_config('pyqueue.ready_full', (clock_timestamp() - interval '1 s')::text, false)",
+    "mysql": "SET @pyqueue__ready_full = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND",
+}
+# when the session's next read from the start is due, and the server's clock now
+MARK_DUE = {
+    "postgresql": "SELECT NULLIF(current_setting('pyqueue.ready_full', true), '')::timestamptz, clock_timestamp()",
+    "mysql": "SELECT CAST(@pyqueue__ready_full AS DATETIME(6)), UTC_TIMESTAMP(6)",
 }
 MARK_DROPPED = {
     "postgresql": "SELECT set_config('pyqueue.ready_full', '', false)",

@@ -81,28 +81,6 @@ def test_a_message_a_batch_reserve_skipped_as_held_is_the_sessions_next_reserves
     assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m3"]
 
 
-def test_a_batch_reserve_finding_fewer_than_n_past_its_mark_takes_a_push_committed_late(sessions):
-    """A push in a transaction that commits after later pushes: the session's batch reserve before
-    that commit did not see it, and set its mark past it (its first candidate, m0). The next batch
-    reserve of the session finds fewer than n from the mark (m2, m3), reads from the queue's start
-    (PostgreSQL: from its bound, which stays below a transaction open while it would move) and takes
-    the late one first (docs/contract/05_reserve.md)."""
-    writer, other = sessions(2)
-    q = unique("latemark")
-    writer.create(q)
-    writer.push(q, "warm")  # (PostgreSQL: the queue's wakeup row made, which a push inserts once)
-    assert writer.pop(q) == ["warm"]
-    writer.begin()
-    writer.push(q, "late")
-    for i in range(4):
-        other.push(q, f"m{i}")
-    other.lock_timeout()
-    assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m1"]
-    writer.commit()
-    other.keep_mark(q)
-    assert [r[0] for r in other.reserve(q, 5)] == ["late", "m2", "m3"]
-
-
 @pytest.mark.parametrize("history", [False, True])
 def test_a_redrive_skips_the_dead_letters_a_transaction_holds(sessions, history):
     """A consumer of the dead-letter queue holds one dead letter in its transaction; a redrive

@@ -60,6 +60,30 @@ PG_STATEMENTS = {
         False,
         "pyqueue__ready_tids",
     ),
+    # pyqueue__ready_tids, a batch reserve's plain reads for its session's mark: the first of up to
+    # n candidates from the mark and how many, and the first candidate from the bound
+    "mark_candidates": (
+        "SELECT c.scheduled_at, c.id, count(*) OVER () FROM (SELECT m.scheduled_at, m.id "
+        "FROM pyqueue_message m WHERE m.queue_name = $1 AND m.priority = $2 AND m.scheduled_at > '-infinity' "
+        "AND (m.scheduled_at, m.id) >= ($4, $5) AND (m.scheduled_at, m.id) <= ($3, 9223372036854775807) "
+        "ORDER BY m.scheduled_at, m.id LIMIT $6) AS c LIMIT 1",
+        "(text, integer, timestamptz, timestamptz, bigint, integer)",
+        f"('{QUEUE}', 0, clock_timestamp(), '-infinity', 0, 10)",
+        READY_IDX,
+        False,
+        "pyqueue__ready_tids",
+    ),
+    "mark_first": (
+        "SELECT m.scheduled_at, m.id FROM pyqueue_message m "
+        "WHERE m.queue_name = $1 AND m.priority = $2 AND m.scheduled_at > '-infinity' "
+        "AND (m.scheduled_at, m.id) >= ($4, $5) AND (m.scheduled_at, m.id) <= ($3, 9223372036854775807) "
+        "ORDER BY m.scheduled_at, m.id LIMIT 1",
+        "(text, integer, timestamptz, timestamptz, bigint)",
+        f"('{QUEUE}', 0, clock_timestamp(), '-infinity', 0)",
+        READY_IDX,
+        False,
+        "pyqueue__ready_tids",
+    ),
     # pyqueue__limited_tids, one priority's candidates on a queue with limits
     "limited_step": (
         "SELECT m.ctid, m.id, m.p_key, m.p_kind, m.attempts FROM pyqueue_message m "

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from pyqueue_sql import dialects
+from tests.plainsql import MARK_KEPT
 
 pytestmark = pytest.mark.only_dialect("postgresql")
 
@@ -288,6 +289,18 @@ def test_a_message_pushed_in_the_past_after_the_bound_moved_is_reserved_first(qu
     queue.push("past-group", "job", {}, run_at=hour_ago - dt.timedelta(minutes=2), group="g")
     assert _ready_from(conn, queue.name) <= hour_ago - dt.timedelta(minutes=2)
     assert _reserve_keys(conn, queue.name) == ["past-group", "past-batch", "past", "now"]
+
+
+def test_a_message_pushed_in_the_past_is_a_batch_reserves_first_though_its_session_has_a_mark(queue, pg):
+    """A batch reserve reads from its session's mark (docs/contract/05_reserve.md) only while no
+    write lowered the bound at or before it: a push in the past, recorded as a lowering until the
+    bound takes it in, sends the next batch reserve to the bound, though n turn up after the mark."""
+    conn = pg()
+    queue.push_many([(f"m{i}", "job", {}) for i in range(6)])
+    assert _reserve_keys(conn, queue.name, n=2) == ["m0", "m1"]
+    _run(conn, MARK_KEPT["postgresql"])
+    queue.push("early", "job", {}, run_at=dt.datetime.now(UTC) - dt.timedelta(hours=1))
+    assert _reserve_keys(conn, queue.name, n=2) == ["early", "m2"]
 
 
 def test_a_blocked_message_made_head_at_a_run_time_in_the_past_is_not_left_below_the_bound(queue, pg):
