@@ -479,7 +479,7 @@ class QueueMachine(RuleBasedStateMachine):
         key=keys,
         kind=kinds,
         more=st.integers(0, 1),
-        first=st.lists(st.tuples(keys, kinds), min_size=1, max_size=3, unique=True),
+        first=st.lists(st.tuples(keys, kinds), min_size=1, max_size=6, unique=True),
         fill=st.lists(st.tuples(keys, kinds), max_size=4, unique=True),
     )
     @covers("queue_reserve")
@@ -501,7 +501,8 @@ class QueueMachine(RuleBasedStateMachine):
         2, must take it first. Otherwise the second, of n, goes on in reserve order from where the
         first stopped (nothing lies before the mark). Before the first reserve, ``first``, and
         before the second, ``fill``: messages of priority 0 pushed in one batch (``fill`` after
-        the mark: the read from it finds them)."""
+        the mark and after what lands before it: the read from the mark finds them, and a reserve
+        that took them alone, from the mark, would leave what landed before it behind)."""
         db = self.conns[conn]
         if first:  # something ready for the first reserve (and to hold)
             self.push_batch([(k, kd, 0, 0, 0) for k, kd in first])
@@ -520,8 +521,6 @@ class QueueMachine(RuleBasedStateMachine):
         self.check_reserve(ready, got, n, lease)
         sql(db, MARK_KEPT[self.dialect], ())
         try:
-            if fill:  # after the mark: what the read from it finds
-                self.push_batch([(k, kd, 0, 0, 0) for k, kd in fill])
             if lands == "pushed":  # before anything the model holds: 1000.5 ticks back
                 pid = next(self.pids)
                 at = dt.datetime.now(dt.timezone.utc) - ticks(1000.5)
@@ -531,6 +530,8 @@ class QueueMachine(RuleBasedStateMachine):
                     self.add(Msg(key, kind, pid, 0, 0, self.t - 1000.5, None, None, False, self.t - 1000.5))
             elif lands == "clock":
                 self.shift(1)
+            if fill:  # after the mark (and after what lands before it): what the read from it finds
+                self.push_batch([(k, kd, 0, 0, 0) for k, kd in fill])
             self.promoted = set()
             ready = self.ready()
             n2 = {None: n, "held": 2}.get(lands, max(2, len(ready) + more))
