@@ -708,7 +708,9 @@ $$;
 
 -- queue_reserve: hands out up to in_n ready messages, each invisible to others
 -- until in_timeout (NULL = the queue's visibility_timeout; refused above its
--- max_reservation) passes, with a fresh token per message. Rows come highest priority first, FIFO within one.
+-- max_reservation) passes, with a fresh token per message. Rows come highest priority first, FIFO within one
+-- (a batch of 2 or more reads from its session's mark, see pyqueue__ready_tids: a message that becomes
+-- ready before the mark may wait for the next read from the queue's bound, at most 60 s).
 -- A message whose expired reservation was its last allowed delivery is
 -- dead-lettered instead of delivered again. Locks with SKIP LOCKED: concurrent
 -- reservers never wait on each other and never share a message.
