@@ -217,6 +217,7 @@ DROP FUNCTION IF EXISTS pyqueue__clock_text(timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__due_tids(text, timestamptz, integer, text[], integer, timestamptz, bigint);
 DROP FUNCTION IF EXISTS pyqueue__ready_tids(text, timestamptz, integer, text[], boolean);
 DROP FUNCTION IF EXISTS pyqueue__ready_from_advance(text, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__ready_from_held(xid8);
 DROP FUNCTION IF EXISTS pyqueue__ready_from_lower(text, timestamptz, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__check_reserve(text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__check_kinds(text[]);
