@@ -326,8 +326,11 @@ def test_a_writing_transaction_open_in_another_database_does_not_hold_the_bound(
         _run(other, "BEGIN")
         [(xid,)] = _run(other, "SELECT pg_current_xact_id()")  # an id older than every proposal below
         start = dt.datetime.now(UTC)
-        _advance(queue_conn := pg(), queue.name, steps=3)
-        [(held,)] = _run(queue_conn, "SELECT pg_snapshot_xmin(pg_current_snapshot()) <= %s::text::xid8", (str(xid),))
+        queue_conn = pg()
+        _advance(queue_conn, queue.name, steps=3)
+        [(held,)] = _run(
+            queue_conn, "SELECT pg_snapshot_xmin(pg_current_snapshot()) <= %s::text::xid8", (str(xid),)
+        )
         assert held, "the other database's transaction holds the cluster's xmin"
         assert _ready_from(queue_conn, queue.name) >= start - dt.timedelta(seconds=1.5)
     finally:
