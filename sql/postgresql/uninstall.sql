@@ -218,6 +218,7 @@ DROP FUNCTION IF EXISTS pyqueue__due_tids(text, timestamptz, integer, text[], in
 DROP FUNCTION IF EXISTS pyqueue__ready_tids(text, timestamptz, integer, text[], boolean, boolean);
 DROP FUNCTION IF EXISTS pyqueue__ready_tids(text, timestamptz, integer, text[], boolean);
 DROP FUNCTION IF EXISTS pyqueue__ready_from_advance(text, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__ready_from_held(xid8);
 DROP FUNCTION IF EXISTS pyqueue__ready_from_lower(text, timestamptz, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__check_reserve(text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS pyqueue__check_kinds(text[]);

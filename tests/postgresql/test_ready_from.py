@@ -7,8 +7,8 @@ a second later once every transaction older than it has ended), and which a writ
 the past lowers. The guard counts the index entries one reserve reads under a held snapshot (the
 server's per-transaction counters), never time or buffers: how many heap pages those entries'
 rows touch depends on how the rows of concurrent tests share pages. The others check that no
-message is ever left below the bound: pushed in the past, or written by a transaction that was
-open while the bound moved.
+message is ever left below the bound: pushed in the past, or written by a transaction of its
+database that was open while the bound moved (one of another database does not hold it).
 """
 
 from __future__ import annotations
@@ -328,6 +328,26 @@ def test_a_message_of_a_transaction_open_while_the_bound_moved_is_not_left_below
     assert _reserve_keys(conn, queue.name) == ["slow"]
     # the bound moves on once the writer has ended
     _advance_past(conn, queue.name, dt.datetime.now(UTC) - dt.timedelta(seconds=5))
+
+
+def test_a_writing_transaction_open_in_another_database_does_not_hold_the_bound(queue, pg, fresh_database):
+    """Transaction ids are cluster-wide, but only a transaction of the queue's own database can
+    write its messages: one open with an id in another database of the server (an application's
+    other database, a migration elsewhere) leaves the bound free to move."""
+    other = dialects.for_name("postgresql").connect(fresh_database("elsewhere"), autocommit=True)
+    try:
+        _run(other, "BEGIN")
+        [(xid,)] = _run(other, "SELECT pg_current_xact_id()")  # an id older than every proposal below
+        start = dt.datetime.now(UTC)
+        queue_conn = pg()
+        _advance(queue_conn, queue.name, steps=3)
+        [(held,)] = _run(
+            queue_conn, "SELECT pg_snapshot_xmin(pg_current_snapshot()) <= %s::text::xid8", (str(xid),)
+        )
+        assert held, "the other database's transaction holds the cluster's xmin"
+        assert _ready_from(queue_conn, queue.name) >= start - dt.timedelta(seconds=1.5)
+    finally:
+        other.close()
 
 
 def test_a_consumer_that_only_calls_queue_commit_reserve_moves_the_bound(queue, pg):

@@ -65,6 +65,27 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__ready_from_held: whether a transaction of this database whose id
+-- is not above in_xid may still be open (a session's, or a prepared one).
+-- Ids are cluster-wide, so the snapshot's xmin alone (what the caller tests
+-- first) waits for transactions of every database: only one of this
+-- database writes its messages. The sessions' ids as pg_stat_activity shows
+-- them (a 32-bit xid, compared by age to in_xid's: an older id is older by
+-- more), read only when that xmin is at or below in_xid. A backend shows
+-- its id from the moment it is assigned until its transaction has ended,
+-- so none above in_xid but open before is missed. No locks.
+CREATE OR REPLACE FUNCTION pyqueue__ready_from_held(in_xid xid8)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                    WHERE a.datname = pg_catalog.current_database() AND a.backend_xid IS NOT NULL
+                      AND pg_catalog.age(a.backend_xid) >= pg_catalog.age(in_xid::xid))
+        OR EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_xacts p
+                    WHERE p.database = pg_catalog.current_database()
+                      AND pg_catalog.age(p.transaction) >= pg_catalog.age(in_xid::xid))
+$$;
+
 -- pyqueue__ready_from_advance: moves the queue's ready_from up. Called by
 -- a reserve, pop or commit_reserve at READ COMMITTED whose transaction has
 -- no id yet, at most once a second per queue, and only when no other transaction is moving it (SKIP
@@ -73,9 +94,9 @@ $$;
 -- with a higher id takes it later, and reads the clock for what it writes
 -- after that (the writers take their id first), so it writes nothing below
 -- in_clock minus half a second unless it records a lowering.
--- A step: once every transaction whose id is not above the pending
--- proposal's (next_xid) has ended, (ready_from, ready_from_id) becomes the
--- first live message by (scheduled_at, id) from the current start up to
+-- A step: once every transaction of this database whose id is not above
+-- the pending proposal's (next_xid) has ended (pyqueue__ready_from_held),
+-- (ready_from, ready_from_id) becomes the first live message by (scheduled_at, id) from the current start up to
 -- next_from, else (next_from, NULL) (one read of the due index from the
 -- start, past the dead entries of that interval: the walk the reserves no
 -- longer make), the pyqueue_ready_lower rows it sees folded in first (a
@@ -106,9 +127,11 @@ BEGIN
         RETURN;
     END IF;
     IF v_row.next_xid IS NOT NULL THEN
-        IF pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) <= v_row.next_xid THEN
-            -- a transaction not above the proposal's id may still write
-            -- below it: the proposal waits, and the next try is a second on
+        IF pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) <= v_row.next_xid
+           AND pyqueue__ready_from_held(v_row.next_xid) THEN
+            -- a transaction of this database not above the proposal's id
+            -- may still write below it: the proposal waits, and the next
+            -- try is a second on
             UPDATE pyqueue_ready_from r SET moved_at = in_clock WHERE r.queue_name::text = in_queue;
             RETURN;
         END IF;

@@ -22,7 +22,7 @@ REVOKE EXECUTE ON FUNCTION
     pyqueue__begin_push_batch, pyqueue__batch_rows, pyqueue__push_batch, queue_push_batch, queue_push_batch_with_headers,
     queue_push_replace, pyqueue__push_grouped, queue_push_grouped, queue_push_grouped_with_headers,
     pyqueue__push_batch_grouped, queue_push_batch_grouped, queue_push_batch_grouped_with_headers,
-    pyqueue__check_kinds, pyqueue__check_reserve, pyqueue__ready_from_lower, pyqueue__ready_from_advance,
+    pyqueue__check_kinds, pyqueue__check_reserve, pyqueue__ready_from_lower, pyqueue__ready_from_held, pyqueue__ready_from_advance,
     pyqueue__ready_tids, pyqueue__due_tids, pyqueue__clock_text, pyqueue__expired, pyqueue__expire, pyqueue__reserve, queue_pop, queue_reserve, pyqueue__refuse_reservation,
     pyqueue__dead_letter, pyqueue__give_back, pyqueue__extend, queue_commit(text, text, text, text),
     queue_commit(text, text, text, uuid), queue_rollback(text, text, text, text, interval),
