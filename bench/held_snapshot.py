@@ -239,8 +239,8 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) 
 # What a read costs, whatever the load. PostgreSQL: the buffers one reserve touches (EXPLAIN ANALYZE
 # BUFFERS, REPEATABLE READ, rolled back). MySQL/MariaDB (a CALL has no ANALYZE): the pages a read of
 # the first 50 ready entries accesses (ANALYZE FORMAT=JSON), the delete-marked ones it steps over.
-# Not reuse's: a consistent read of its rows walks each one's versions back (minutes under a held
-# view) and holds the page every settle writes.
+# Not reuse's: under a held view that read of its rows ran for minutes (each row read back through
+# its versions), the settles stalled meanwhile.
 PROBE = {
     ("postgresql", "pyqueue"): f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', {BATCH})",
     ("postgresql", "pgmq"): f"SELECT * FROM pgmq.read('{QUEUE}', 300, {BATCH})",
