@@ -14,10 +14,11 @@ import multiprocessing as mp
 import os
 import statistics
 import time
+import uuid
 
 import pyqueue_sql
 from bench import common
-from bench.bench import HandRolled, Pgmq
+from bench.bench import HandRolled, Pgmq, _payload
 
 QUEUE, BATCH = "held", 50
 HORIZON = {  # the server's own figure of what the snapshot holds back
@@ -34,7 +35,7 @@ def _pyqueue(dialect: str, dsn: str):
     return (
         lambda: q.push_many([(f"m{next(k)}", "job", {"n": i}) for i in range(BATCH)]),
         lambda: q.reserve(n=BATCH, worker="held", timeout=300),
-        q.commit_many,
+        q.commit_many,  # how many it settled
         [db.connection],
     )
 
@@ -47,8 +48,7 @@ def _plain(dialect: str, dsn: str):
 
     def settle(taken):
         ids, token = taken
-        if ids:
-            common.query(job.auto, f"DELETE FROM job WHERE token = %s AND id IN ({', '.join(['%s'] * len(ids))})", (token, *ids))  # fmt: skip
+        return _rows(job.auto, f"DELETE FROM job WHERE token = %s AND id IN ({_marks(ids)})", (token, *ids)) if ids else 0  # fmt: skip
 
     return (
         lambda: job.push_batch([f"m{next(k)}" for _ in range(BATCH)]),
@@ -58,19 +58,154 @@ def _plain(dialect: str, dsn: str):
     )
 
 
+# MySQL/MariaDB: two designs whose tables should not keep what a held read view holds back. Both
+# have the job table's columns and indexes (its DDL, renamed), its reserve (_claim) and one client
+# session for pushes and reserves (a transaction each), one for settles and upkeep.
+FREE = "9999-12-31"  # reuse: the run_at of a free row, past any reserve's range
+SEGMENTS, PERIOD = 4, 2  # rotate: tables seg0..seg3; the pushes move to the next every PERIOD s
+
+
+def _marks(items) -> str:
+    return ", ".join(["%s"] * len(items))
+
+
+def _rows(conn, sql: str, params: tuple = ()) -> int:
+    """Runs one statement; returns the rows it changed."""
+    cur = conn.cursor()
+    try:
+        cur.execute(sql, params)
+        return cur.rowcount
+    finally:
+        cur.close()
+
+
+def _claim(conn, table: str, n: int, token: str, hint: str = "") -> list[int]:
+    """The job table's reserve in conn's open transaction: the first n ready rows by (run_at, id),
+    SKIP LOCKED, leased 300 s under token."""
+    ids = [r[0] for r in common.query(conn, f"SELECT id, payload FROM {table} {hint} WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id LIMIT {n} FOR UPDATE SKIP LOCKED")]  # fmt: skip
+    if ids:
+        common.query(conn, f"UPDATE {table} SET run_at = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
+    return ids
+
+
+def _open(dialect: str, dsn: str):
+    return common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
+
+
+def _reuse(dialect: str, dsn: str):
+    """A job table whose rows are never deleted: the settle frees a row (run_at FREE, no key: one
+    UPDATE), a push fills free rows (SKIP LOCKED) and inserts only the rest."""
+    conn, auto = _open(dialect, dsn)
+    k = iter(range(1 << 62))
+
+    def push():
+        keys = [f"m{next(k)}" for _ in range(BATCH)]
+        free = [r[0] for r in common.query(conn, f"SELECT id FROM slot WHERE run_at = '{FREE}' ORDER BY id LIMIT {BATCH} FOR UPDATE SKIP LOCKED")]  # fmt: skip
+        if free:  # a key already queued leaves its row free (UPDATE IGNORE), as INSERT IGNORE skips it
+            cases = " ".join(["WHEN %s THEN %s"] * len(free))
+            pairs = list(zip(free, keys))
+            common.query(conn, f"UPDATE IGNORE slot SET msg_key = CASE id {cases} END, payload = CASE id {cases} END, run_at = UTC_TIMESTAMP(6), token = NULL WHERE id IN ({_marks(free)})",  # fmt: skip
+                         (*(x for i, key in pairs for x in (i, key)), *(x for i, key in pairs for x in (i, _payload(key))), *free))  # fmt: skip
+        if rest := keys[len(free) :]:
+            common.query(conn, f"INSERT IGNORE INTO slot (msg_key, payload) VALUES {', '.join(['(%s, %s)'] * len(rest))}",
+                         tuple(x for key in rest for x in (key, _payload(key))))  # fmt: skip
+        conn.commit()
+
+    def reserve():
+        token = str(uuid.uuid4())
+        # by its index, as the job table: on a table this small the optimizer may also read all its
+        # rows and sort them (no delete-marked entry met), a plan it leaves as the table grows
+        ids = _claim(conn, "slot", BATCH, token, "FORCE INDEX (slot_ready)")
+        conn.commit()
+        return ids, token
+
+    def settle(taken):
+        ids, token = taken
+        return _rows(auto, f"UPDATE slot SET run_at = '{FREE}', msg_key = NULL, payload = '{{}}', token = NULL WHERE token = %s AND id IN ({_marks(ids)})", (token, *ids)) if ids else 0  # fmt: skip
+
+    return push, reserve, settle, [auto, conn]
+
+
+def _rotate(dialect: str, dsn: str):
+    """SEGMENTS job tables in turn: rotor holds the one the pushes go to (current, changed every
+    PERIOD s unless the next is still in use) and the oldest in use; the reserve reads them oldest
+    first. A segment no longer current that reads empty is emptied by TRUNCATE TABLE (a new table:
+    nothing delete-marked left behind for purge) and the next becomes the oldest."""
+    conn, auto = _open(dialect, dsn)
+    common.query(auto, "SET SESSION lock_wait_timeout = 1")  # TRUNCATE's metadata lock: later, not wait
+    k = iter(range(1 << 62))
+    rotor = "SELECT current, oldest, since <= UTC_TIMESTAMP(6) - INTERVAL %s SECOND FROM rotor WHERE id = 1 LOCK IN SHARE MODE"  # fmt: skip
+
+    def push():
+        # the shared lock on rotor is the segment's: the move to the next waits for the pushes into it
+        current, _, due = common.query(conn, rotor, (PERIOD,))[0]
+        keys = [f"m{next(k)}" for _ in range(BATCH)]
+        common.query(conn, f"INSERT IGNORE INTO seg{current} (msg_key, payload) VALUES {', '.join(['(%s, %s)'] * BATCH)}",
+                     tuple(x for key in keys for x in (key, _payload(key))))  # fmt: skip
+        conn.commit()
+        if due:
+            common.query(auto, f"UPDATE rotor SET current = MOD(current + 1, {SEGMENTS}), since = UTC_TIMESTAMP(6) WHERE id = 1 AND current = %s AND MOD(current + 1, {SEGMENTS}) <> oldest", (current,))  # fmt: skip
+
+    def reserve():
+        token, taken = str(uuid.uuid4()), []
+        current, oldest, _ = common.query(conn, rotor, (PERIOD,))[0]
+        for s in ((oldest + i) % SEGMENTS for i in range((current - oldest) % SEGMENTS + 1)):
+            taken += [(s, i) for i in _claim(conn, f"seg{s}", BATCH - len(taken), token)]
+            if len(taken) == BATCH:
+                break
+        conn.commit()
+        if oldest != current and not any(s == oldest for s, _ in taken):
+            truncate(oldest)
+        return taken, token
+
+    def truncate(s: int) -> None:
+        """seg{s} emptied if it is still the oldest, no longer current (so every push into it has
+        committed) and reads empty; one session at a time (a named lock), so that none empties it
+        after it came round again."""
+        if common.query(auto, "SELECT GET_LOCK(CONCAT(DATABASE(), '.rotor'), 0)")[0][0] != 1:
+            return
+        try:
+            current, oldest, _ = common.query(auto, rotor, (PERIOD,))[0]
+            if oldest != s or current == s or common.query(auto, f"SELECT 1 FROM seg{s} LIMIT 1"):
+                return
+            try:
+                common.query(auto, f"TRUNCATE TABLE seg{s}")
+            except Exception as exc:  # 1205: the metadata lock not had in lock_wait_timeout: later
+                if "1205" not in str(exc):
+                    raise
+                return
+            common.query(auto, f"UPDATE rotor SET oldest = MOD(oldest + 1, {SEGMENTS}) WHERE id = 1")
+        finally:
+            common.query(auto, "SELECT RELEASE_LOCK(CONCAT(DATABASE(), '.rotor'))")
+
+    def settle(taken):
+        pairs, token = taken
+        done = 0
+        for s in sorted({s for s, _ in pairs}):
+            ids = [i for t, i in pairs if t == s]
+            done += _rows(
+                auto, f"DELETE FROM seg{s} WHERE token = %s AND id IN ({_marks(ids)})", (token, *ids)
+            )
+        return done
+
+    return push, reserve, settle, [auto, conn]
+
+
 def _pgmq(dialect: str, dsn: str):
     conn = common.raw_connect("postgresql", dsn)
     bodies = [__import__("psycopg").types.json.Jsonb({"n": i}) for i in range(BATCH)]
     return (
         lambda: common.query(conn, Pgmq.SEND_BATCH, (QUEUE, bodies)),
         lambda: [r[0] for r in common.query(conn, Pgmq.READ, (QUEUE, 300, BATCH))],
-        lambda ids: ids and common.query(conn, Pgmq.DELETE_BATCH, (QUEUE, ids)),
+        lambda ids: len(common.query(conn, Pgmq.DELETE_BATCH, (QUEUE, ids))) if ids else 0,
         [conn],
     )
 
 
-SYSTEMS = {"pyqueue": _pyqueue, "plain": _plain, "pgmq": _pgmq}
-NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pgmq"}
+SYSTEMS = {"pyqueue": _pyqueue, "plain": _plain, "pgmq": _pgmq, "reuse": _reuse, "rotate": _rotate}
+NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pgmq",
+         "reuse": "job table, rows reused", "rotate": f"{SEGMENTS} rotating job tables"}  # fmt: skip
+ONLY = {"pgmq": "postgresql", "reuse": "mysql", "rotate": "mysql"}  # the systems of one dialect
 
 
 # The server's thread of a session: PostgreSQL its backend's pid, MariaDB the connection's thread
@@ -82,8 +217,9 @@ SESSION = {
 
 
 def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) -> None:
-    """One client: push, reserve (timed), settle until stop; the times sent every half second, its
-    own CPU seconds kept in cpu, its server sessions' pids or thread ids put in sessions."""
+    """One client: push, reserve (timed), settle until stop, counting what the settle reports it
+    settled; the times sent every half second, its own CPU seconds kept in cpu, its server sessions'
+    pids or thread ids put in sessions."""
     push, reserve, settle, conns = SYSTEMS[name](dialect, dsn)
     for conn, session in zip(conns, sessions):
         session.value = int(common.query(conn, SESSION[dialect])[0][0])
@@ -94,8 +230,7 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) 
         t = time.perf_counter()
         taken = reserve()
         buf.append(time.perf_counter() - t)
-        settle(taken)
-        count.value += len(taken[0]) if isinstance(taken, tuple) else len(taken)
+        count.value += settle(taken)  # only what the settle reports settled
         if time.perf_counter() - sent >= 0.5:
             times.put((name, buf))
             sent, buf = time.perf_counter(), []
@@ -104,6 +239,8 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) 
 # What a read costs, whatever the load. PostgreSQL: the buffers one reserve touches (EXPLAIN ANALYZE
 # BUFFERS, REPEATABLE READ, rolled back). MySQL/MariaDB (a CALL has no ANALYZE): the pages a read of
 # the first 50 ready entries accesses (ANALYZE FORMAT=JSON), the delete-marked ones it steps over.
+# Not reuse's: under a held view that read of its rows ran for minutes (each row read back through
+# its versions), the settles stalled meanwhile.
 PROBE = {
     ("postgresql", "pyqueue"): f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', {BATCH})",
     ("postgresql", "pgmq"): f"SELECT * FROM pgmq.read('{QUEUE}', 300, {BATCH})",
@@ -139,6 +276,13 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
         HandRolled(dialect).setup(dsn)
     if "pgmq" in systems:
         common.install_pgmq(dsn, QUEUE)
+    job = HandRolled.DDL["mysql"][0]
+    if "reuse" in systems:  # a free row has no key
+        common.execute(dialect, dsn, job.replace("job", "slot").replace("msg_key VARCHAR(255) NOT NULL", "msg_key VARCHAR(255) NULL"))  # fmt: skip
+    if "rotate" in systems:
+        common.execute(dialect, dsn, *(job.replace("job", f"seg{s}") for s in range(SEGMENTS)))
+        common.execute(dialect, dsn, "CREATE TABLE rotor (id int PRIMARY KEY, current int NOT NULL, oldest int NOT NULL, since DATETIME(6) NOT NULL)",
+                       "INSERT INTO rotor VALUES (1, 0, 0, UTC_TIMESTAMP(6))")  # fmt: skip
     common.execute(dialect, dsn, "CREATE TABLE report (id int PRIMARY KEY)", "INSERT INTO report VALUES (1)")
 
 
@@ -254,7 +398,7 @@ def summary(out: dict) -> str:
     head = ["at", HORIZON[dialect][0], *(f"{NAMES[n]} {x}" for n in systems for x in ("msg/s", "ratio", "p50/p99 ms", "server/client µs", probe))]  # fmt: skip
     body = [
         (r["at"], f"{r['horizon']:,}", *(x for n in systems for x in (
-            f"{r[n]['rate']:,.0f}", f"{r[n].get('ratio', 1.0):.2f}x", f"{r[n]['p50_ms']} / {r[n]['p99_ms']}",
+            f"{r[n]['rate']:,.0f}", f"{r[n].get('ratio', 1.0) or 0:.2f}x", f"{r[n]['p50_ms']} / {r[n]['p99_ms']}",
             f"{r[n].get('server_us')} / {r[n].get('client_us')}",
             f"{r['probe'].get(n, ''):,}" if isinstance(r["probe"].get(n), int) else "")))
         for r in res["rows"]
@@ -263,7 +407,11 @@ def summary(out: dict) -> str:
         f"# Held snapshot, {dialect} ({out['started']}, `{out['command']}`)",
         "",
         f"One client a system: push_many {BATCH}, reserve(n={BATCH}), commit_many (the job table: a multi-row INSERT, "
-        f"SELECT ... LIMIT {BATCH} FOR UPDATE SKIP LOCKED + UPDATE, DELETE by ids); a snapshot held from "
+        f"SELECT ... LIMIT {BATCH} FOR UPDATE SKIP LOCKED + UPDATE, DELETE by ids"
+        + ("; rows reused: the settle an UPDATE to free, the push an UPDATE of free rows" * ("reuse" in systems))
+        + (f"; {SEGMENTS} job tables taking the pushes in turn, {PERIOD} s each, read oldest first, "
+           "emptied by TRUNCATE TABLE" * ("rotate" in systems))
+        + f"); a snapshot held from "
         f"{res['hold_at_s']} s for {res['held_s']:.0f} s. Load average {out['load'][0]:.1f} before, "
         f"{out['load_after'][0]:.1f} after ({out['cpus']} CPUs). Each row: msg/s over the 30 s (at most) before it, "
         f"the ratio to the row \"before\", the reserve's time, the CPU a message of the system's server sessions "
@@ -282,12 +430,14 @@ def main(argv=None) -> int:
         ("--dialect", ("postgresql", "mysql"), "the server"),
         ("--minutes", 10.0, "how long the snapshot is held (default 10)"),
         ("--before", 60.0, "seconds of load before the hold, the baseline from 10 s (or a third) on"),
-        ("--systems", "", "comma-separated, of: pyqueue, plain, pgmq (default: all the dialect has)"),
+        ("--systems", "", "comma-separated, of: pyqueue, plain, pgmq, reuse, rotate (default: the first 3)"),
         ("--out", "bench/results", "where held-snapshot-<dialect>.md and .json go"),
     )
     args = ap.parse_args(argv)
     default = ["pyqueue", "plain"] + (["pgmq"] if args.dialect == "postgresql" and importlib.util.find_spec("pgmq") else [])  # fmt: skip
     args.systems = common.names(args.systems, SYSTEMS, ap, "systems") or default
+    if other := [n for n in args.systems if ONLY.get(n, args.dialect) != args.dialect]:
+        ap.error(f"{', '.join(other)}: not on {args.dialect}")
     common.exit_on_sigterm()
     out = {"started": common.now_utc(), "command": common.command(), "dialect": args.dialect,
            "minutes": args.minutes, "systems": args.systems, "load": common.loadavg(), "cpus": os.cpu_count()}  # fmt: skip
