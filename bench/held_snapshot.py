@@ -58,11 +58,22 @@ def _plain(dialect: str, dsn: str):
     )
 
 
-# MySQL/MariaDB: two designs whose tables should not keep what a held read view holds back. Both
-# have the job table's columns and indexes (its DDL, renamed), its reserve (_claim) and one client
-# session for pushes and reserves (a transaction each), one for settles and upkeep.
+# Two designs whose tables should not keep what a held snapshot holds back (reuse MySQL/MariaDB
+# only). Both have the job table's columns and indexes (its DDL, renamed), its reserve (_claim) and
+# one client session for pushes and reserves (a transaction each), one for settles and upkeep.
 FREE = "9999-12-31"  # reuse: the run_at of a free row, past any reserve's range
 SEGMENTS, PERIOD = 4, 2  # rotate: tables seg0..seg3; the pushes move to the next every PERIOD s
+NOW = {"mysql": "UTC_TIMESTAMP(6)", "postgresql": "now()"}
+ROTATE = {  # rotate's SQL of each dialect; "timeout": the error of a lock not had in time
+    "mysql": {"share": "LOCK IN SHARE MODE", "insert": "INSERT IGNORE INTO {} (msg_key, payload) VALUES {}",
+              "wait": "SET SESSION lock_wait_timeout = 1", "timeout": "1205", "since": "DATETIME(6)",
+              "lock": "SELECT GET_LOCK(CONCAT(DATABASE(), '.rotor'), 0)",
+              "unlock": "SELECT RELEASE_LOCK(CONCAT(DATABASE(), '.rotor'))"},
+    "postgresql": {"share": "FOR SHARE", "insert": "INSERT INTO {} (msg_key, payload) VALUES {} ON CONFLICT DO NOTHING",
+                   "wait": "SET lock_timeout = '1s'", "timeout": "55P03", "since": "timestamptz",
+                   "lock": "SELECT pg_try_advisory_lock(hashtext('rotor'))",  # a key of this database
+                   "unlock": "SELECT pg_advisory_unlock(hashtext('rotor'))"},
+}  # fmt: skip
 
 
 def _marks(items) -> str:
@@ -79,12 +90,12 @@ def _rows(conn, sql: str, params: tuple = ()) -> int:
         cur.close()
 
 
-def _claim(conn, table: str, n: int, token: str, hint: str = "") -> list[int]:
+def _claim(conn, table: str, n: int, token: str, hint: str = "", now: str = NOW["mysql"]) -> list[int]:
     """The job table's reserve in conn's open transaction: the first n ready rows by (run_at, id),
     SKIP LOCKED, leased 300 s under token."""
-    ids = [r[0] for r in common.query(conn, f"SELECT id, payload FROM {table} {hint} WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id LIMIT {n} FOR UPDATE SKIP LOCKED")]  # fmt: skip
+    ids = [r[0] for r in common.query(conn, f"SELECT id, payload FROM {table} {hint} WHERE run_at <= {now} ORDER BY run_at, id LIMIT {n} FOR UPDATE SKIP LOCKED")]  # fmt: skip
     if ids:
-        common.query(conn, f"UPDATE {table} SET run_at = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
+        common.query(conn, f"UPDATE {table} SET run_at = {now} + INTERVAL '300' SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
     return ids
 
 
@@ -130,27 +141,27 @@ def _rotate(dialect: str, dsn: str):
     """SEGMENTS job tables in turn: rotor holds the one the pushes go to (current, changed every
     PERIOD s unless the next is still in use) and the oldest in use; the reserve reads them oldest
     first. A segment no longer current that reads empty is emptied by TRUNCATE TABLE (a new table:
-    nothing delete-marked left behind for purge) and the next becomes the oldest."""
+    no dead row or index entry left behind for purge or vacuum) and the next becomes the oldest."""
     conn, auto = _open(dialect, dsn)
-    common.query(auto, "SET SESSION lock_wait_timeout = 1")  # TRUNCATE's metadata lock: later, not wait
-    k = iter(range(1 << 62))
-    rotor = "SELECT current, oldest, since <= UTC_TIMESTAMP(6) - INTERVAL %s SECOND FROM rotor WHERE id = 1 LOCK IN SHARE MODE"  # fmt: skip
+    sql, now, k = ROTATE[dialect], NOW[dialect], iter(range(1 << 62))
+    common.query(auto, sql["wait"])  # TRUNCATE's lock (metadata; ACCESS EXCLUSIVE): later, not wait
+    rotor = f"SELECT current, oldest, since <= {now} - INTERVAL '{PERIOD}' SECOND FROM rotor WHERE id = 1 {sql['share']}"  # fmt: skip
 
     def push():
         # the shared lock on rotor is the segment's: the move to the next waits for the pushes into it
-        current, _, due = common.query(conn, rotor, (PERIOD,))[0]
+        current, _, due = common.query(conn, rotor)[0]
         keys = [f"m{next(k)}" for _ in range(BATCH)]
-        common.query(conn, f"INSERT IGNORE INTO seg{current} (msg_key, payload) VALUES {', '.join(['(%s, %s)'] * BATCH)}",
+        common.query(conn, sql["insert"].format(f"seg{current}", ", ".join(["(%s, %s)"] * BATCH)),
                      tuple(x for key in keys for x in (key, _payload(key))))  # fmt: skip
         conn.commit()
         if due:
-            common.query(auto, f"UPDATE rotor SET current = MOD(current + 1, {SEGMENTS}), since = UTC_TIMESTAMP(6) WHERE id = 1 AND current = %s AND MOD(current + 1, {SEGMENTS}) <> oldest", (current,))  # fmt: skip
+            common.query(auto, f"UPDATE rotor SET current = MOD(current + 1, {SEGMENTS}), since = {now} WHERE id = 1 AND current = %s AND MOD(current + 1, {SEGMENTS}) <> oldest", (current,))  # fmt: skip
 
     def reserve():
         token, taken = str(uuid.uuid4()), []
-        current, oldest, _ = common.query(conn, rotor, (PERIOD,))[0]
+        current, oldest, _ = common.query(conn, rotor)[0]
         for s in ((oldest + i) % SEGMENTS for i in range((current - oldest) % SEGMENTS + 1)):
-            taken += [(s, i) for i in _claim(conn, f"seg{s}", BATCH - len(taken), token)]
+            taken += [(s, i) for i in _claim(conn, f"seg{s}", BATCH - len(taken), token, now=now)]
             if len(taken) == BATCH:
                 break
         conn.commit()
@@ -162,21 +173,21 @@ def _rotate(dialect: str, dsn: str):
         """seg{s} emptied if it is still the oldest, no longer current (so every push into it has
         committed) and reads empty; one session at a time (a named lock), so that none empties it
         after it came round again."""
-        if common.query(auto, "SELECT GET_LOCK(CONCAT(DATABASE(), '.rotor'), 0)")[0][0] != 1:
+        if common.query(auto, sql["lock"])[0][0] != 1:
             return
         try:
-            current, oldest, _ = common.query(auto, rotor, (PERIOD,))[0]
+            current, oldest, _ = common.query(auto, rotor)[0]
             if oldest != s or current == s or common.query(auto, f"SELECT 1 FROM seg{s} LIMIT 1"):
                 return
             try:
                 common.query(auto, f"TRUNCATE TABLE seg{s}")
-            except Exception as exc:  # 1205: the metadata lock not had in lock_wait_timeout: later
-                if "1205" not in str(exc):
+            except Exception as exc:  # the table's lock not had in time (1 s): later
+                if sql["timeout"] not in f"{getattr(exc, 'sqlstate', '')} {exc}":
                     raise
                 return
             common.query(auto, f"UPDATE rotor SET oldest = MOD(oldest + 1, {SEGMENTS}) WHERE id = 1")
         finally:
-            common.query(auto, "SELECT RELEASE_LOCK(CONCAT(DATABASE(), '.rotor'))")
+            common.query(auto, sql["unlock"])
 
     def settle(taken):
         pairs, token = taken
@@ -205,7 +216,7 @@ def _pgmq(dialect: str, dsn: str):
 SYSTEMS = {"pyqueue": _pyqueue, "plain": _plain, "pgmq": _pgmq, "reuse": _reuse, "rotate": _rotate}
 NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pgmq",
          "reuse": "job table, rows reused", "rotate": f"{SEGMENTS} rotating job tables"}  # fmt: skip
-ONLY = {"pgmq": "postgresql", "reuse": "mysql", "rotate": "mysql"}  # the systems of one dialect
+ONLY = {"pgmq": "postgresql", "reuse": "mysql"}  # the systems of one dialect
 
 
 # The server's thread of a session: PostgreSQL its backend's pid, MariaDB the connection's thread
@@ -276,13 +287,13 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
         HandRolled(dialect).setup(dsn)
     if "pgmq" in systems:
         common.install_pgmq(dsn, QUEUE)
-    job = HandRolled.DDL["mysql"][0]
+    job = HandRolled.DDL[dialect]
     if "reuse" in systems:  # a free row has no key
-        common.execute(dialect, dsn, job.replace("job", "slot").replace("msg_key VARCHAR(255) NOT NULL", "msg_key VARCHAR(255) NULL"))  # fmt: skip
+        common.execute(dialect, dsn, job[0].replace("job", "slot").replace("msg_key VARCHAR(255) NOT NULL", "msg_key VARCHAR(255) NULL"))  # fmt: skip
     if "rotate" in systems:
-        common.execute(dialect, dsn, *(job.replace("job", f"seg{s}") for s in range(SEGMENTS)))
-        common.execute(dialect, dsn, "CREATE TABLE rotor (id int PRIMARY KEY, current int NOT NULL, oldest int NOT NULL, since DATETIME(6) NOT NULL)",
-                       "INSERT INTO rotor VALUES (1, 0, 0, UTC_TIMESTAMP(6))")  # fmt: skip
+        common.execute(dialect, dsn, *(ddl.replace("job", f"seg{s}") for s in range(SEGMENTS) for ddl in job))
+        common.execute(dialect, dsn, f"CREATE TABLE rotor (id int PRIMARY KEY, current int NOT NULL, oldest int NOT NULL, since {ROTATE[dialect]['since']} NOT NULL)",
+                       f"INSERT INTO rotor VALUES (1, 0, 0, {NOW[dialect]})")  # fmt: skip
     common.execute(dialect, dsn, "CREATE TABLE report (id int PRIMARY KEY)", "INSERT INTO report VALUES (1)")
 
 
