@@ -26,8 +26,14 @@ Runner = Callable[..., Sequence[Sequence[Any]]]
 # its last batch reserve found until a read from the queue's start (PostgreSQL: from its bound) is
 # due. MARK_IS (one parameter, the queue): whether the session's mark is that queue's (true or 1);
 # MARK_KEPT: the mark stays live for 5 s (what a read from the start that took 0.25 s gives; real
-# reads take far less); MARK_PASSED: its time is up (a second ago); MARK_DUE: when it is up, and the
-# server's clock; MARK_DROPPED: the next batch reserve reads from the start.
+# reads take far less); MARK_PASSED: its time is up (a second ago); MARK_AHEAD: a time no reserve sets; MARK_DUE: when it is up, and the
+# server's clock; MARK_DROPPED: the next batch reserve reads from the start. MARK_ALWAYS: PostgreSQL
+# takes the mark after every read from its bound, not only after a slow one (pyqueue.mark_after: a
+# read as slow as a held horizon makes it, unset); MySQL/MariaDB always do.
+MARK_ALWAYS = {
+    "postgresql": "SELECT set_config('pyqueue.mark_after', '0', false)",
+    "mysql": "DO 0",
+}
 MARK_IS = {
     "postgresql": "SELECT current_setting('pyqueue.ready_queue', true)"
     " = format('%%I.%%I.%%I', current_database(), current_schema(), %s::text)",
@@ -36,6 +42,10 @@ MARK_IS = {
 MARK_KEPT = {
     "postgresql": "SELECT set_config('pyqueue.ready_full', (clock_timestamp() + interval '5 s')::text, false)",
     "mysql": "SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL 5 SECOND",
+}
+MARK_AHEAD = {  # an hour ahead: more than a reserve sets (60 s at most)
+    "postgresql": "SELECT set_config('pyqueue.ready_full', (clock_timestamp() + interval '1 hour')::text, false)",
+    "mysql": "SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR",
 }
 MARK_PASSED = {
     "postgresql": "SELECT set_config('pyqueue.ready_full', (clock_timestamp() - interval '1 s')::text, false)",

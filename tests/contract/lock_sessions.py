@@ -24,6 +24,7 @@ class Session(plainsql.Session):
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
         self.backend = self.sql("SELECT pg_backend_pid()" if self.pg else "SELECT CONNECTION_ID()")[0][0]
+        self.sql(plainsql.MARK_ALWAYS[self.dialect])  # these tests show the mark at work: after any read
 
     def lock_timeout(self, seconds: float = LOCK_TIMEOUT) -> None:
         """A lock wait in this session fails after `seconds` (PostgreSQL 55P03, MySQL/MariaDB 1205)."""

@@ -7,7 +7,7 @@ import datetime as dt
 import time
 
 import pyqueue_sql
-from tests.plainsql import MARK_IS, MARK_KEPT
+from tests.plainsql import MARK_ALWAYS, MARK_IS, MARK_KEPT
 
 UTC = dt.timezone.utc
 
@@ -127,6 +127,7 @@ def test_a_batch_reserve_returning_fewer_than_n_takes_a_message_ready_before_wha
     the next batch reserve read from the bound, as long as the bound has not taken it in). Both
     reserves on one session."""
     queue.push_many([(f"m{i}", "k", i) for i in range(4)])
+    raw(MARK_ALWAYS[dialect])
     first = sql("queue_reserve", queue.name, "w", sql.dur(60), 2, None, casts=(None, None, "::interval"))
     assert [r[0] for r in first] == ["m0", "m1"]
     [(mark,)] = raw(MARK_IS[dialect], (queue.name,))

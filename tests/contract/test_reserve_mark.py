@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tests.plainsql import MARK_DUE, MARK_PASSED
+from tests.plainsql import MARK_AHEAD, MARK_DUE, MARK_PASSED
 
 from .lock_sessions import Session, unique
 
@@ -113,3 +113,42 @@ def test_a_batch_reserve_reads_a_lower_priority_from_its_start_not_from_a_higher
     if s.pg:  # (MySQL/MariaDB: a queue with a message above priority 0 goes the general way, no mark)
         s.keep_mark(q)
     assert [r[0] for r in s.reserve(q, 2)] == ["c1", "c2"]
+
+
+def test_a_mark_whose_time_is_further_than_60_s_ahead_is_not_read_from(sessions):
+    """The session keeps its mark in settings (variables) it can write itself: a time of the next
+    read from the start further ahead than the 60 s a read sets at most was not set by a reserve, and
+    the mark is not live. Here the session moves it an hour ahead: the next batch reserve reads from
+    the start and takes the push committed late first, as once the mark's time is up."""
+    writer, other = sessions(2)
+    q = unique("markahead")
+    _late_push(writer, other, q, 6)
+    assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m1"]
+    writer.commit()
+    other.keep_mark(q)
+    other.sql(MARK_AHEAD[other.dialect])
+    assert [r[0] for r in other.reserve(q, 2)] == ["late", "m2"]
+
+
+def test_a_batch_reserve_reads_a_higher_priority_from_its_start_not_from_a_lower_ones_mark(sessions):
+    """The mark (at m0, priority 0) is read from only at its own priority. A message of priority 1
+    pushed before m0 in a transaction committed after the mark was taken, and h0..h2 of priority 1
+    pushed after it: the next batch reserve takes late, h0 (from the mark's place at priority 1 it
+    would find h0, h1 and skip late)."""
+    writer, other = sessions(2)
+    q = unique("markhigher")
+    writer.create(q)
+    writer.push(q, "warm")
+    assert writer.pop(q) == ["warm"]
+    writer.begin()
+    writer.push(q, "late", priority=1)
+    for i in range(6):
+        other.push(q, f"m{i}")
+    other.lock_timeout()
+    assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m1"]
+    for i in range(3):
+        other.push(q, f"h{i}", priority=1)
+    writer.commit()
+    if other.pg:  # (MySQL/MariaDB: a queue with a message above priority 0 goes the general way, no mark)
+        other.keep_mark(q)
+    assert [r[0] for r in other.reserve(q, 2)] == ["late", "h0"]

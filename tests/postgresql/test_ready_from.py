@@ -19,7 +19,7 @@ import time
 import pytest
 
 from pyqueue_sql import dialects
-from tests.plainsql import MARK_KEPT
+from tests.plainsql import MARK_ALWAYS, MARK_KEPT
 
 pytestmark = pytest.mark.only_dialect("postgresql")
 
@@ -297,6 +297,7 @@ def test_a_message_pushed_in_the_past_is_a_batch_reserves_first_though_its_sessi
     bound takes it in, sends the next batch reserve to the bound, though n turn up after the mark."""
     conn = pg()
     queue.push_many([(f"m{i}", "job", {}) for i in range(6)])
+    _run(conn, MARK_ALWAYS["postgresql"])
     assert _reserve_keys(conn, queue.name, n=2) == ["m0", "m1"]
     _run(conn, MARK_KEPT["postgresql"])
     queue.push("early", "job", {}, run_at=dt.datetime.now(UTC) - dt.timedelta(hours=1))
@@ -383,3 +384,62 @@ def test_a_queue_without_its_bound_row_reads_from_the_start_and_keeps_its_limits
     queue.set_limit("lim", 2)
     _run(conn, "DELETE FROM pyqueue_ready_from WHERE queue_name = %s", (queue.name,))
     assert len(_reserve_keys(conn, queue.name, n=5)) == 2
+
+
+def test_a_batch_reserve_whose_read_from_the_bound_is_faster_than_mark_after_takes_no_mark(queue, pg):
+    """Without a held horizon the read from the bound steps over few dead entries: a batch reserve
+    keeps to it (reserve order) and takes no mark, which would cost it a second read of n entries
+    each call. pyqueue.mark_after is the threshold ('1 s' here, so that load cannot make the read
+    slower than it; the default is 1 ms and 10 us a message wanted); '0' takes one after any read."""
+    conn = pg()
+    queue.push_many([(f"m{i}", "job", {}) for i in range(6)])
+    _run(conn, "SET pyqueue.mark_after = '1 s'")
+    assert _reserve_keys(conn, queue.name, n=2) == ["m0", "m1"]
+    assert not _has_mark(conn, queue.name), "a fast read from the bound took a mark"
+    _run(conn, MARK_ALWAYS["postgresql"])
+    assert _reserve_keys(conn, queue.name, n=2) == ["m2", "m3"]
+    assert _has_mark(conn, queue.name)
+
+
+def test_a_batch_reserve_takes_a_mark_after_a_read_from_the_bound_slowed_by_a_held_horizon(queue, pg):
+    """A writing transaction held open keeps both the xmin horizon and the queue's bound: 30,000
+    messages popped meanwhile leave their dead entries in the range the next batch reserve reads
+    from the bound, a read of milliseconds, over the default threshold (for n = 2: 1.02 ms). That
+    reserve takes a mark. Once the horizon has moved and vacuum removed them, a read from the bound
+    faster than pyqueue.mark_after (a reserve finding fewer than n after the mark) drops it."""
+    conn, holder = pg(), pg()
+    _run(holder, "BEGIN")
+    _run(holder, "SELECT pg_current_xact_id()")
+    try:
+        for start in range(0, 30000, 10000):  # a batch takes at most 10,000
+            _run(conn, "SELECT queue_push_batch(%s, array_agg('d' || i), array_fill('job'::text, ARRAY[10000]), "
+                       "array_fill('{}'::jsonb, ARRAY[10000]), NULL, NULL) FROM generate_series(%s::integer, %s::integer) i",
+                 (queue.name, start, start + 9999))  # fmt: skip
+            assert _run(conn, "SELECT count(*) FROM queue_pop(%s, 10000)", (queue.name,)) == [(10000,)]
+        queue.push_many([(f"m{i}", "job", {}) for i in range(6)])
+        t0 = time.perf_counter()
+        assert _reserve_keys(conn, queue.name, n=2) == ["m0", "m1"]
+        took = time.perf_counter() - t0
+        assert _has_mark(conn, queue.name), ("a slow read from the bound took no mark", took)
+    finally:
+        _run(holder, "ROLLBACK")
+    _run(conn, "VACUUM pyqueue_message")
+    _run(conn, "SET pyqueue.mark_after = '1 s'")
+    assert _reserve_keys(conn, queue.name, n=10) == ["m2", "m3", "m4", "m5"]
+    assert not _has_mark(conn, queue.name), "a fast read from the bound kept the mark"
+
+
+def test_a_negative_mark_after_is_refused_with_one_line(queue, pg):
+    conn = pg()
+    queue.push_many([(f"m{i}", "job", {}) for i in range(4)])
+    _run(conn, "SET pyqueue.mark_after = '-1 s'")
+    with pytest.raises(Exception, match="pyqueue:invalid_argument: pyqueue.mark_after must not be negative"):
+        _reserve_keys(conn, queue.name, n=2)
+    assert queue.stats().ready == 4
+
+
+def _has_mark(conn, queue) -> bool:
+    """Whether the session has a live mark on the queue."""
+    return bool(_run(conn, "SELECT current_setting('pyqueue.ready_queue', true) = format('%%I.%%I.%%I', "
+                           "current_database(), current_schema(), %s::text) AND clock_timestamp() < "
+                           "NULLIF(current_setting('pyqueue.ready_full', true), '')::timestamptz", (queue,))[0][0])  # fmt: skip

@@ -660,8 +660,10 @@ BEGIN
     -- (before anything is locked) or once @pyqueue__ready_full has passed: 20 times what the last read from the start
     -- took, at most 60 s, after it (so those reads take at most a twenty-first of a busy session's time, however long
     -- the view is held: they grow with it, past 250 ms only under one held for minutes at full churn). A message that
-    -- lands before the mark (a run_at in the past, a push committed late) waits for that read from the start.
-    IF @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue) AND UTC_TIMESTAMP(6) < @pyqueue__ready_full THEN
+    -- lands before the mark (a run_at in the past, a push committed late) waits for that read from the start. A
+    -- time further than 60 s ahead was not set here (the session wrote it): not live.
+    IF @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue)
+       AND @pyqueue__ready_full BETWEEN v_now AND v_now + INTERVAL 60 SECOND THEN
         SET v_from = TRUE, v_at = @pyqueue__ready_at, v_id = @pyqueue__ready_id - 1;
     END IF;
     pages: LOOP

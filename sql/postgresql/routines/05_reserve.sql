@@ -229,14 +229,21 @@ $$;
 -- that is past it), moves the mark to the first, and locks from there; when
 -- fewer than it wants turn up there, it reads from the bound, as a step
 -- without a live mark does. A read from the bound finds the mark anew (its
--- first candidate, plainly, then locks from there) and sets
--- pyqueue.ready_full: 20 times what that read took, at most 60 s, after it
+-- first candidate, plainly, after its locking read) and sets
+-- pyqueue.ready_full: 20 times what those reads took, at most 60 s, after it
 -- (so those reads take at most a twenty-first of a busy session's time). A
 -- message that becomes ready before the mark (a run_at in the past whose
 -- lowering an advance folded in first, a push committed late, a reservation
 -- that expired) waits for that read from the bound, or for a reserve that
 -- finds fewer than it wants after the mark. Settings are transactional: a
--- reserve rolled back leaves the mark it found.
+-- reserve rolled back leaves the mark it found. The mark is taken only after
+-- a slow read from the bound: its locking read took pyqueue.mark_after or
+-- more (a session setting, an interval; unset: 1 ms and 10 us a message
+-- wanted; '0': always). Without a held horizon that read steps over few dead
+-- entries and takes well under that, and the mark's own read would be an
+-- extra read of n entries a call; a fast read from the bound drops a live
+-- mark. A full time further than 60 s ahead was not set here (the session
+-- wrote it): the mark is not live.
 -- o_tids: the ctids; o_at: the reservation time of the pass when it took a
 -- unit of a rate (pyqueue__limited_tids), else NULL: the caller then makes it
 -- the lease start of what it reserves.
@@ -268,6 +275,8 @@ DECLARE
     v_id       bigint;
     v_got      integer;
     v_t0       timestamptz;
+    v_after    interval;
+    v_found    boolean;
 BEGIN
     -- One read for where the walk starts: the queue's bound (ready_from,
     -- ready_from_id; lowered by any pyqueue_ready_lower row), whether it has
@@ -324,9 +333,16 @@ BEGIN
     END IF;
     IF v_mark THEN  -- the session's mark (see above), when it is this queue's and live
         v_key := pg_catalog.format('%I.%I.%I', pg_catalog.current_database(), pg_catalog.current_schema(), in_queue);
+        v_after := coalesce(NULLIF(pg_catalog.current_setting('pyqueue.mark_after', true), '')::interval,
+                            interval '1 millisecond' + in_n * interval '10 microseconds');
+        IF v_after < interval '0' THEN
+            RAISE EXCEPTION 'pyqueue:invalid_argument: pyqueue.mark_after must not be negative (it is %)', v_after
+                USING ERRCODE = '22023';
+        END IF;
+        v_t0 := pg_catalog.clock_timestamp();
         IF pg_catalog.current_setting('pyqueue.ready_queue', true) = v_key
-           AND pg_catalog.clock_timestamp()
-               < NULLIF(pg_catalog.current_setting('pyqueue.ready_full', true), '')::timestamptz THEN
+           AND NULLIF(pg_catalog.current_setting('pyqueue.ready_full', true), '')::timestamptz
+               BETWEEN v_t0 AND v_t0 + interval '60 seconds' THEN  -- (a later time was not set here)
             v_mpri := pg_catalog.current_setting('pyqueue.ready_priority')::integer;
             v_mat := pg_catalog.current_setting('pyqueue.ready_at')::timestamptz;
             v_mid := pg_catalog.current_setting('pyqueue.ready_id')::bigint;
@@ -340,33 +356,53 @@ BEGIN
         END IF;
         v_at := v_from;
         v_id := v_from_id;
-        IF v_mark THEN  -- this step reads from the mark, or from the bound and finds the mark
-            v_got := 0;
-            IF v_live AND v_priority = v_mpri THEN
-                IF (v_mat, v_mid) > (v_from, v_from_id) THEN
-                    v_at := v_mat;
-                    v_id := v_mid;
-                END IF;
-                -- up to v_left candidates from there, read plainly (nothing locked): the first and how many
-                SELECT c.scheduled_at, c.id, pg_catalog.count(*) OVER () INTO v_at, v_id, v_got
-                  FROM (SELECT m.scheduled_at, m.id
-                          FROM pyqueue_message m
-                         WHERE m.queue_name::text = in_queue
-                           AND m.priority = v_priority
-                           AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (v_at, v_id)
-                           AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
-                         ORDER BY m.scheduled_at, m.id
-                         LIMIT v_left) AS c
-                 LIMIT 1;
+        v_found := false;
+        IF v_mark AND v_live AND v_priority = v_mpri THEN  -- this step reads from the mark
+            IF (v_mat, v_mid) > (v_from, v_from_id) THEN
+                v_at := v_mat;
+                v_id := v_mid;
             END IF;
-            IF coalesce(v_got, 0) >= v_left THEN  -- the mark moves to the first candidate
+            -- up to v_left candidates from there, read plainly (nothing locked): the first and how many
+            SELECT c.scheduled_at, c.id, pg_catalog.count(*) OVER () INTO v_mat, v_mid, v_got
+              FROM (SELECT m.scheduled_at, m.id
+                      FROM pyqueue_message m
+                     WHERE m.queue_name::text = in_queue
+                       AND m.priority = v_priority
+                       AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (v_at, v_id)
+                       AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
+                     ORDER BY m.scheduled_at, m.id
+                     LIMIT v_left) AS c
+             LIMIT 1;
+            IF coalesce(v_got, 0) >= v_left THEN  -- the mark moves to the first candidate; the step locks from it
+                v_at := v_mat;
+                v_id := v_mid;
+                v_found := true;
                 PERFORM pg_catalog.set_config('pyqueue.ready_at',
                                               pg_catalog.to_char(pg_catalog.timezone('UTC', v_at),
                                                                  'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC'), false),
                         pg_catalog.set_config('pyqueue.ready_id', v_id::text, false);
-            ELSE  -- from the bound: its first candidate, read plainly, is the mark; the read is timed
-                v_t0 := pg_catalog.clock_timestamp();
-                SELECT m.scheduled_at, m.id INTO v_at, v_id
+            ELSE  -- fewer than wanted: from the bound
+                v_at := v_from;
+                v_id := v_from_id;
+            END IF;
+        END IF;
+        v_t0 := pg_catalog.clock_timestamp();
+        SELECT pg_catalog.array_agg(r.tid) INTO v_step
+          FROM (SELECT m.ctid AS tid
+                  FROM pyqueue_message m
+                 WHERE m.queue_name::text = in_queue
+                   AND m.priority = v_priority
+                   AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (v_at, v_id)
+                   AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
+                   AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                 ORDER BY m.scheduled_at, m.id
+                 LIMIT v_left
+                   FOR UPDATE SKIP LOCKED) AS r;
+        IF v_mark AND NOT v_found THEN  -- read from the bound
+            IF pg_catalog.clock_timestamp() - v_t0 >= v_after THEN
+                -- a slow read: its first candidate, read plainly, is the mark, kept while 20 times what the
+                -- reads from the bound took has not passed
+                SELECT m.scheduled_at, m.id INTO v_mat, v_mid
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
                    AND m.priority = v_priority
@@ -374,35 +410,25 @@ BEGIN
                    AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
                  ORDER BY m.scheduled_at, m.id
                  LIMIT 1;
-                IF v_at IS NOT NULL THEN
+                IF v_mat IS NOT NULL THEN
+                    v_found := true;
                     PERFORM pg_catalog.set_config('pyqueue.ready_queue', v_key, false),
                             pg_catalog.set_config('pyqueue.ready_priority', v_priority::text, false),
                             pg_catalog.set_config('pyqueue.ready_at',
-                                                  pg_catalog.to_char(pg_catalog.timezone('UTC', v_at),
+                                                  pg_catalog.to_char(pg_catalog.timezone('UTC', v_mat),
                                                                      'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC'), false),
-                            pg_catalog.set_config('pyqueue.ready_id', v_id::text, false),
+                            pg_catalog.set_config('pyqueue.ready_id', v_mid::text, false),
                             pg_catalog.set_config('pyqueue.ready_full', pg_catalog.to_char(pg_catalog.timezone('UTC',
                                 pg_catalog.clock_timestamp() + LEAST(interval '60 seconds',
                                     20 * (pg_catalog.clock_timestamp() - v_t0))), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC'),
                                 false);
                 END IF;
+            ELSIF v_live THEN  -- a fast one: the mark is not needed now
+                PERFORM pg_catalog.set_config('pyqueue.ready_full', '', false);
+                v_live := false;
             END IF;
-            v_mark := v_at IS NULL;  -- a step that found a candidate set the mark: the later ones read from the bound
         END IF;
-        v_step := NULL;
-        IF v_at IS NOT NULL THEN
-            SELECT pg_catalog.array_agg(r.tid) INTO v_step
-              FROM (SELECT m.ctid AS tid
-                      FROM pyqueue_message m
-                     WHERE m.queue_name::text = in_queue
-                       AND m.priority = v_priority
-                       AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (v_at, v_id)
-                       AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
-                       AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
-                     ORDER BY m.scheduled_at, m.id
-                     LIMIT v_left
-                       FOR UPDATE SKIP LOCKED) AS r;
-        END IF;
+        v_mark := v_mark AND NOT v_found AND v_step IS NULL;  -- the first step that found a message ends the mark's part
         IF v_step IS NULL THEN
             v_empty := v_empty + 1;
         ELSE
