@@ -241,8 +241,9 @@ $$;
 -- more (a session setting, an interval; unset: 1 ms and 10 us a message
 -- wanted; '0': always). Without a held horizon that read steps over few dead
 -- entries and takes well under that, and the mark's own read would be an
--- extra read of n entries a call; a fast read from the bound drops a live
--- mark. A full time further than 60 s ahead was not set here (the session
+-- extra read of n entries a call. A fast read from the bound while the mark
+-- is live (fewer than n after it) moves the mark and leaves its time: once
+-- that has passed, only a slow read takes it again. A full time further than 60 s ahead was not set here (the session
 -- wrote it): the mark is not live.
 -- o_tids: the ctids; o_at: the reservation time of the pass when it took a
 -- unit of a rate (pyqueue__limited_tids), else NULL: the caller then makes it
@@ -277,6 +278,7 @@ DECLARE
     v_t0       timestamptz;
     v_after    interval;
     v_found    boolean;
+    v_slow     boolean;
 BEGIN
     -- One read for where the walk starts: the queue's bound (ready_from,
     -- ready_from_id; lowered by any pyqueue_ready_lower row), whether it has
@@ -399,9 +401,10 @@ BEGIN
                  LIMIT v_left
                    FOR UPDATE SKIP LOCKED) AS r;
         IF v_mark AND NOT v_found THEN  -- read from the bound
-            IF pg_catalog.clock_timestamp() - v_t0 >= v_after THEN
-                -- a slow read: its first candidate, read plainly, is the mark, kept while 20 times what the
-                -- reads from the bound took has not passed
+            v_slow := pg_catalog.clock_timestamp() - v_t0 >= v_after;
+            IF v_slow OR v_live THEN
+                -- its first candidate, read plainly, is the mark; a slow read sets its time: 20 times what the
+                -- reads from the bound took (a fast one leaves a live mark's time as it was)
                 SELECT m.scheduled_at, m.id INTO v_mat, v_mid
                   FROM pyqueue_message m
                  WHERE m.queue_name::text = in_queue
@@ -417,15 +420,14 @@ BEGIN
                             pg_catalog.set_config('pyqueue.ready_at',
                                                   pg_catalog.to_char(pg_catalog.timezone('UTC', v_mat),
                                                                      'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC'), false),
-                            pg_catalog.set_config('pyqueue.ready_id', v_mid::text, false),
-                            pg_catalog.set_config('pyqueue.ready_full', pg_catalog.to_char(pg_catalog.timezone('UTC',
-                                pg_catalog.clock_timestamp() + LEAST(interval '60 seconds',
-                                    20 * (pg_catalog.clock_timestamp() - v_t0))), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC'),
-                                false);
+                            pg_catalog.set_config('pyqueue.ready_id', v_mid::text, false);
+                    IF v_slow THEN
+                        PERFORM pg_catalog.set_config('pyqueue.ready_full', pg_catalog.to_char(pg_catalog.timezone('UTC',
+                                    pg_catalog.clock_timestamp() + LEAST(interval '60 seconds',
+                                        20 * (pg_catalog.clock_timestamp() - v_t0))), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC'),
+                                    false);
+                    END IF;
                 END IF;
-            ELSIF v_live THEN  -- a fast one: the mark is not needed now
-                PERFORM pg_catalog.set_config('pyqueue.ready_full', '', false);
-                v_live := false;
             END IF;
         END IF;
         v_mark := v_mark AND NOT v_found AND v_step IS NULL;  -- the first step that found a message ends the mark's part
