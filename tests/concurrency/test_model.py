@@ -475,7 +475,9 @@ class QueueMachine(RuleBasedStateMachine):
         conn=consumers,
         n=st.integers(2, 4),
         lease=leases,
-        lands=st.sampled_from((None, "held", "held", "pushed", "clock")),
+        lands=st.sampled_from(
+            (None, "held", "held", "pushed", "clock", "released", "redriven", "head", "expiring")
+        ),
         key=keys,
         kind=kinds,
         more=st.integers(0, 1),
@@ -502,10 +504,25 @@ class QueueMachine(RuleBasedStateMachine):
         first stopped (nothing lies before the mark). Before the first reserve, ``first``, and
         before the second, ``fill``: messages of priority 0 pushed in one batch (``fill`` after
         the mark and after what lands before it: the read from the mark finds them, and a reserve
-        that took them alone, from the mark, would leave what landed before it behind)."""
+        that took them alone, from the mark, would leave what landed before it behind).
+        The other ways a message lands before the mark, each followed by a ``clock`` advance (they
+        stamp it ready now, past the mark, so it lies before the mark once time moves it there, or
+        when its transaction commits late): ``released``, one the first reserve took rolled back
+        without a delay; ``redriven``, a dead letter redriven into main (one pushed into the
+        dead-letter queue first); ``head``, a group's next message made head when its head is
+        committed (or removed, when not held; a machine with groups: two messages of one group are
+        pushed before the first reserve); ``expiring``, a message whose pyqueue.expires_at passes
+        with the advance: the second reserve ends it instead of handing it out. Seen to fail, each
+        of the four alone on both dialects, with the read from the start made to happen only when
+        nothing at all turns up past the mark (PostgreSQL: pyqueue__ready_tids keeping a live mark
+        that found some; MariaDB: ``IF v_from AND v_got = 0``): a ready message skipped, the
+        expiring one left unended."""
         db = self.conns[conn]
         if first:  # something ready for the first reserve (and to hold)
             self.push_batch([(k, kd, 0, 0, 0) for k, kd in first])
+        grouped = [g for g, name in enumerate(self.GROUPS) if name is not None]
+        if lands == "head" and grouped:  # a head and the message blocked behind it
+            self.push_batch([(f"{key}.h{i}", kind, 0, 0, grouped[0]) for i in range(2)])
         sql(db, MARK_DROPPED[self.dialect], ())
         held = self.hold_first_ready() if lands == "held" else None
         try:
@@ -530,6 +547,9 @@ class QueueMachine(RuleBasedStateMachine):
                     self.add(Msg(key, kind, pid, 0, 0, self.t - 1000.5, None, None, False, self.t - 1000.5))
             elif lands == "clock":
                 self.shift(1)
+            elif lands is not None and lands != "held":
+                self.land_before_the_mark(lands, got, key, kind)
+                self.shift(1)
             if fill:  # after the mark (and after what lands before it): what the read from it finds
                 self.push_batch([(k, kd, 0, 0, 0) for k, kd in fill])
             self.promoted = set()
@@ -539,6 +559,73 @@ class QueueMachine(RuleBasedStateMachine):
         finally:
             sql(db, MARK_DROPPED[self.dialect], ())
         self.check_reserve(ready, got, n2, lease)
+
+    def land_before_the_mark(self, lands: str, got: list, key: str, kind: str) -> None:
+        """Between two batch reserves of reserve_twice_past_the_mark: a message made ready (or
+        expiring) by a release, a redrive, a group's head leaving, or a push with an expiry."""
+        if lands == "released":  # a reservation handed back without a delay: ready now
+            held = [r for r in got if self.holds(r) is not None]
+            if held:
+                m = self.holds(held[0])
+                assert self.q("B").rollback(held[0]), "rollback of a held reservation"
+                if m.attempts >= MAX_ATTEMPTS:
+                    self.dead_letter(m.kk)
+                else:
+                    m.due, m.token = self.t, None
+        elif lands == "redriven":  # a dead letter (this one, unless one is first) back into main, ready now
+            pid = next(self.pids)
+            kk = (f"{key}.d", kind)
+            inserted = self.q("P", self.dlq_name).push(*kk, {"n": pid})
+            assert inserted == (kk not in self.dlq), "push dedup (dead-letter queue)"
+            if inserted:
+                self.dlq[kk], self.dlq_step[kk] = (pid, 0), self.steps
+            self.redrive_into_main(1)
+        elif lands == "head":  # a group's head leaves: the message blocked behind it is head, ready now
+            for h in [m for m in self.msgs.values() if m.group is not None and not m.blocked]:
+                if not any(x.group == h.group and x.blocked for x in self.msgs.values()):
+                    continue
+                r = next((r for r in reversed(self.handles) if self.holds(r) is h), None)
+                if r is not None:
+                    assert self.q("B").commit(r), "commit of a held head"
+                    self.finish(h.kk, "succeeded")
+                else:
+                    assert self.q("B").remove(*h.kk), "remove of a head"
+                    self.finish(h.kk, "removed")
+                break
+        elif lands == "expiring":  # ready now, past its pyqueue.expires_at after the advance
+            pid = next(self.pids)
+            kk = (f"{key}.e", kind)
+            inserted = self.q("P").push(*kk, {"n": pid}, headers=self.expiry_headers(pid, 0.5))
+            assert inserted == (kk not in self.msgs), "push dedup"
+            if inserted:
+                self.add(Msg(*kk, pid, 0, 0, self.t, None, None, False, self.t))
+            else:
+                del self.expiry[pid]
+
+    def redrive_into_main(self, n: int) -> None:
+        """Up to n dead letters back into main (FIFO; one whose key is live in main stays), attempts 0,
+        ready now. Priority first, then dead-letter order: those of one step are a tie (any of them
+        may go first, see dlq_step), so which of a tie moved is read from main."""
+        order = sorted(
+            (kk for kk in self.dlq if kk not in self.msgs),
+            key=lambda kk: (-self.dlq[kk][1], self.dlq_step[kk]),
+        )
+        assert self.q("admin", self.dlq_name).redrive(self.main, n) == min(n, len(order))
+        live = self.live_keys()
+        moved = [kk for kk in order if kk in live]
+        left = min(n, len(order))
+        assert len(moved) == left, ("redrive", moved, order, n)
+        for _, tie in itertools.groupby(order, key=lambda kk: (-self.dlq[kk][1], self.dlq_step[kk])):
+            tie = set(tie)
+            assert len(tie & set(moved)) == min(left, len(tie)), ("redrive order", moved, order, n)
+            left -= min(left, len(tie))
+        for kk in moved:
+            pid, priority = self.dlq.pop(kk)
+            self.msgs[kk] = Msg(kk[0], kk[1], pid, priority, 0, self.t, None, None, False, self.t)
+            self.parent_redriven(kk)
+
+    def parent_redriven(self, kk: tuple[str, str]) -> None:
+        """A redriven dead letter's waiting children follow it (the whole contract's model)."""
 
     def hold_first_ready(self) -> tuple[str, str] | None:
         """P holds main's first ready message in reserve order in an open transaction (as a

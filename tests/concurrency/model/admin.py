@@ -6,7 +6,6 @@ and release_dead_workers."""
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 
 import pytest
 from hypothesis import strategies as st
@@ -115,23 +114,7 @@ class AdminRules:
         ready now; a child waiting on it follows it (FIXED_REDRIVE_DEPENDENCY). Priority first, then
         dead-letter order: those of one step are a tie (any of them may go first, see dlq_step), so
         which of a tie moved is read from main."""
-        order = sorted(
-            (kk for kk in self.dlq if kk not in self.msgs),
-            key=lambda kk: (-self.dlq[kk][1], self.dlq_step[kk]),
-        )
-        assert self.q("admin", self.dlq_name).redrive(self.main, n) == min(n, len(order))
-        live = self.live_keys()
-        moved = [kk for kk in order if kk in live]
-        left = min(n, len(order))
-        assert len(moved) == left, ("redrive", moved, order, n)
-        for _, tie in itertools.groupby(order, key=lambda kk: (-self.dlq[kk][1], self.dlq_step[kk])):
-            tie = set(tie)
-            assert len(tie & set(moved)) == min(left, len(tie)), ("redrive order", moved, order, n)
-            left -= min(left, len(tie))
-        for kk in moved:
-            pid, priority = self.dlq.pop(kk)
-            self.msgs[kk] = Msg(kk[0], kk[1], pid, priority, 0, self.t, None, None, False, self.t)
-            self.parent_redriven(kk)
+        self.redrive_into_main(n)
 
     @rule()
     @covers("queue_replay")
