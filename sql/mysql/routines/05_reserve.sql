@@ -556,9 +556,10 @@ BEGIN
     END IF;
     SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
            m.attempts, m.created_at, m.scheduled_at_initially, m.headers
-      FROM JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
-               ord  FOR ORDINALITY,
-               c_id BIGINT PATH '$[0]')) AS j
+      FROM (SELECT j.ord, j.c_id FROM JSON_TABLE(CONCAT('[', v_claimed, ']'), '$[*]' COLUMNS (
+                ord  FOR ORDINALITY,
+                c_id BIGINT PATH '$[0]')) AS j
+             LIMIT 18446744073709551615) AS j  -- materialised: see queue_reserve's read-back
       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
      WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
        17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
@@ -1461,9 +1462,13 @@ BEGIN
         IF v_claims IS NOT NULL THEN  -- (none found: the empty result)
             SELECT m.p_key, m.p_kind, m.payload, m.reserve_token AS token, m.priority,
                    m.attempts, m.created_at, m.scheduled_at_initially, m.headers
-              FROM JSON_TABLE(COALESCE(v_ids, '[]'), '$[*]' COLUMNS (
-                       ord  FOR ORDINALITY,
-                       c_id BIGINT PATH '$')) AS j
+              -- (JSON_TABLE materialised first: sorted as a table function, its rows went through a merge file
+              -- on disk from about 20 up, a merge pass and two temporary files created and removed a call;
+              -- sorted as a derived table, in memory)
+              FROM (SELECT j.ord, j.c_id FROM JSON_TABLE(COALESCE(v_ids, '[]'), '$[*]' COLUMNS (
+                        ord  FOR ORDINALITY,
+                        c_id BIGINT PATH '$')) AS j
+                     LIMIT 18446744073709551615) AS j
               STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
              WHERE m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(v_secret, m.id), 256), 32), 13, 1, '4'),
                17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(v_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
