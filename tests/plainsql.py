@@ -34,6 +34,10 @@ MARK_ALWAYS = {
     "postgresql": "SELECT set_config('pyqueue.mark_after', '0', false)",
     "mysql": "DO 0",
 }
+MARK_DEFAULT = {  # PostgreSQL: a mark after a slow read only again
+    "postgresql": "SELECT set_config('pyqueue.mark_after', '', false)",
+    "mysql": "DO 0",
+}
 MARK_IS = {
     "postgresql": "SELECT current_setting('pyqueue.ready_queue', true)"
     " = format('%%I.%%I.%%I', current_database(), current_schema(), %s::text)",

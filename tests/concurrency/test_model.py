@@ -70,7 +70,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 import pyqueue_sql
-from tests.plainsql import MARK_DROPPED, MARK_KEPT
+from tests.plainsql import MARK_ALWAYS, MARK_DEFAULT, MARK_DROPPED, MARK_KEPT
 
 from .model.admin import AdminRules
 from .model.base import (
@@ -491,7 +491,8 @@ class QueueMachine(RuleBasedStateMachine):
         with a ready message) reads from the first candidate the session's last one found, and from
         the queue's start (PostgreSQL: its bound) when that finds fewer than n, or 20 times the last
         read from the start after it, at most 60 s (docs/contract/05_reserve.md). The rule lets no
-        mark from before it count, then keeps the first reserve's alive for the second (the 5 s a
+        mark from before it count (PostgreSQL: and takes one after any read from the bound, as a held
+        horizon makes it do), then keeps the first reserve's alive for the second (the 5 s a
         read from the start that took 0.25 s gives; real reads take far less, and no other rule
         would see one). Between the two, perhaps, a message lands before the mark: ``pushed`` with
         a run_at long past (PostgreSQL: its lowering of the bound, at or before the mark, sends the
@@ -524,6 +525,7 @@ class QueueMachine(RuleBasedStateMachine):
         if lands == "head" and grouped:  # a head and the message blocked behind it
             self.push_batch([(f"{key}.h{i}", kind, 0, 0, grouped[0]) for i in range(2)])
         sql(db, MARK_DROPPED[self.dialect], ())
+        sql(db, MARK_ALWAYS[self.dialect], ())  # (PostgreSQL: a mark after any read from the bound)
         held = self.hold_first_ready() if lands == "held" else None
         try:
             self.promoted = set()
@@ -558,6 +560,7 @@ class QueueMachine(RuleBasedStateMachine):
             got = self.q(conn).reserve(n2, worker=conn, timeout=ticks(lease))
         finally:
             sql(db, MARK_DROPPED[self.dialect], ())
+            sql(db, MARK_DEFAULT[self.dialect], ())
         self.check_reserve(ready, got, n2, lease)
 
     def land_before_the_mark(self, lands: str, got: list, key: str, kind: str) -> None:
