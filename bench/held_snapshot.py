@@ -202,6 +202,49 @@ def _rotate(dialect: str, dsn: str):
     return push, reserve, settle, [auto, conn]
 
 
+def _leased(dialect: str, dsn: str):
+    """A job table whose claim leaves its ready index alone: the lease's end goes into a column of
+    its own (leased_until, not indexed), so a settled row's entry stays where it was ready, behind
+    what is still to be read, never ahead of the ready range's end as a lease moved into run_at is.
+    The reserve reads from a mark, the first row its last read found (kept by the client: what a
+    routine would keep in the session), and from the start when fewer than BATCH turn up there or
+    20 times the last read from the start after it (at most 60 s), as pyqueue-sql's mark does."""
+    conn, auto = _open(dialect, dsn)
+    now, k = NOW[dialect], iter(range(1 << 62))
+    mark = {"at": None, "id": None, "full": 0.0}
+    read = (f"SELECT id, run_at FROM leased {{}} WHERE {{}} run_at <= {now} AND (leased_until IS NULL OR leased_until <= {now}) "
+            f"ORDER BY run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED")  # fmt: skip
+    hint = "FORCE INDEX (leased_ready)" if dialect == "mysql" else ""
+
+    def push():
+        keys = [f"m{next(k)}" for _ in range(BATCH)]
+        common.query(conn, ROTATE[dialect]["insert"].format("leased", ", ".join(["(%s, %s)"] * BATCH)),
+                     tuple(x for key in keys for x in (key, _payload(key))))  # fmt: skip
+        conn.commit()
+
+    def reserve():
+        token, t0 = str(uuid.uuid4()), time.perf_counter()
+        rows = []
+        if mark["at"] is not None and t0 < mark["full"]:
+            rows = common.query(conn, read.format(hint, "(run_at > %s OR (run_at = %s AND id >= %s)) AND"),
+                                (mark["at"], mark["at"], mark["id"]))  # fmt: skip
+        if len(rows) < BATCH:  # from the start (what the mark's read locked is read again: its own)
+            rows = common.query(conn, read.format(hint, ""))
+            mark["full"] = time.perf_counter() + min(60.0, 20 * (time.perf_counter() - t0))
+        if rows:
+            mark["at"], mark["id"] = rows[0][1], rows[0][0]
+            ids = [r[0] for r in rows]
+            common.query(conn, f"UPDATE leased SET leased_until = {now} + INTERVAL '300' SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
+        conn.commit()
+        return [r[0] for r in rows], token
+
+    def settle(taken):
+        ids, token = taken
+        return _rows(auto, f"DELETE FROM leased WHERE token = %s AND id IN ({_marks(ids)})", (token, *ids)) if ids else 0  # fmt: skip
+
+    return push, reserve, settle, [auto, conn]
+
+
 def _pgmq(dialect: str, dsn: str):
     conn = common.raw_connect("postgresql", dsn)
     bodies = [__import__("psycopg").types.json.Jsonb({"n": i}) for i in range(BATCH)]
@@ -213,9 +256,17 @@ def _pgmq(dialect: str, dsn: str):
     )
 
 
-SYSTEMS = {"pyqueue": _pyqueue, "plain": _plain, "pgmq": _pgmq, "reuse": _reuse, "rotate": _rotate}
+SYSTEMS = {
+    "pyqueue": _pyqueue,
+    "plain": _plain,
+    "pgmq": _pgmq,
+    "reuse": _reuse,
+    "rotate": _rotate,
+    "leased": _leased,
+}
 NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pgmq",
-         "reuse": "job table, rows reused", "rotate": f"{SEGMENTS} rotating job tables"}  # fmt: skip
+         "reuse": "job table, rows reused", "rotate": f"{SEGMENTS} rotating job tables",
+         "leased": "job table, lease in a column, read from a mark"}  # fmt: skip
 ONLY = {"pgmq": "postgresql", "reuse": "mysql"}  # the systems of one dialect
 
 
@@ -290,6 +341,9 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
     job = HandRolled.DDL[dialect]
     if "reuse" in systems:  # a free row has no key
         common.execute(dialect, dsn, job[0].replace("job", "slot").replace("msg_key VARCHAR(255) NOT NULL", "msg_key VARCHAR(255) NULL"))  # fmt: skip
+    if "leased" in systems:  # the job table and a column for the lease's end
+        common.execute(dialect, dsn, *(ddl.replace("job", "leased") for ddl in job))
+        common.execute(dialect, dsn, f"ALTER TABLE leased ADD leased_until {ROTATE[dialect]['since']} NULL")
     if "rotate" in systems:
         common.execute(dialect, dsn, *(ddl.replace("job", f"seg{s}") for s in range(SEGMENTS) for ddl in job))
         common.execute(dialect, dsn, f"CREATE TABLE rotor (id int PRIMARY KEY, current int NOT NULL, oldest int NOT NULL, since {ROTATE[dialect]['since']} NOT NULL)",
@@ -441,7 +495,11 @@ def main(argv=None) -> int:
         ("--dialect", ("postgresql", "mysql"), "the server"),
         ("--minutes", 10.0, "how long the snapshot is held (default 10)"),
         ("--before", 60.0, "seconds of load before the hold, the baseline from 10 s (or a third) on"),
-        ("--systems", "", "comma-separated, of: pyqueue, plain, pgmq, reuse, rotate (default: the first 3)"),
+        (
+            "--systems",
+            "",
+            "comma-separated, of: pyqueue, plain, pgmq, reuse, rotate, leased (default: the first 3)",
+        ),
         ("--out", "bench/results", "where held-snapshot-<dialect>.md and .json go"),
     )
     args = ap.parse_args(argv)

@@ -16,19 +16,32 @@ from tests.plainsql import MARK_AHEAD, MARK_DUE, MARK_PASSED
 from .lock_sessions import Session, unique
 
 
-def _late_push(writer: Session, other: Session, q: str, after: int) -> None:
-    """A push ("late") in writer's open transaction, then `after` pushes m0, m1, ... by other, each
-    committed at once: late is before them in reserve order, and invisible until writer commits.
+def _late_push(writer: Session, other: Session, q: str, after: int, priority: int | None = None) -> None:
+    """A push ("late", of `priority`) in writer's open transaction, then `after` pushes m0, m1, ...
+    by other, each committed at once: late is before them in reserve order (of one priority), and
+    invisible until writer commits.
     (The queue's wakeup row is made first: a push inserts it once, and the pushes after would wait
     for the open transaction's insert.)"""
     writer.create(q)
     writer.push(q, "warm")
     assert writer.pop(q) == ["warm"]
     writer.begin()
-    writer.push(q, "late")
+    writer.push(q, "late", priority=priority)
     for i in range(after):
         other.push(q, f"m{i}")
     other.lock_timeout()
+
+
+def _marked_past_a_late_push(sessions, name: str, after: int, priority: int | None = None):
+    """_late_push, then other's batch reserve of 2 (m0, m1: its mark at m0, past late), then
+    writer's commit, the mark kept live (5 s). Returns other and the queue."""
+    writer, other = sessions(2)
+    q = unique(name)
+    _late_push(writer, other, q, after, priority)
+    assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m1"]
+    writer.commit()
+    other.keep_mark(q)
+    return other, q
 
 
 def test_a_batch_reserve_finding_fewer_than_n_past_its_mark_takes_a_push_committed_late(sessions):
@@ -36,12 +49,7 @@ def test_a_batch_reserve_finding_fewer_than_n_past_its_mark_takes_a_push_committ
     past it (its first candidate, m0). The next batch reserve of the session finds fewer than n
     from the mark (m2, m3), reads from the queue's start (PostgreSQL: from its bound, which stays
     below a transaction open while it would move) and takes the late one first."""
-    writer, other = sessions(2)
-    q = unique("latemark")
-    _late_push(writer, other, q, 4)
-    assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m1"]
-    writer.commit()
-    other.keep_mark(q)
+    other, q = _marked_past_a_late_push(sessions, "latemark", 4)
     assert [r[0] for r in other.reserve(q, 5)] == ["late", "m2", "m3"]
 
 
@@ -49,12 +57,7 @@ def test_a_batch_reserve_reads_from_its_mark_until_its_time_is_up(sessions):
     """While the mark is live and n turn up after it, a message ready before the mark (a push
     committed late) waits: the batch reserve takes m2, m3 after the mark. Once the mark's time is
     up, the next batch reserve reads from the start and takes the late one first."""
-    writer, other = sessions(2)
-    q = unique("marktime")
-    _late_push(writer, other, q, 6)
-    assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m1"]
-    writer.commit()
-    other.keep_mark(q)
+    other, q = _marked_past_a_late_push(sessions, "marktime", 6)
     assert [r[0] for r in other.reserve(q, 2)] == ["m2", "m3"], "the reserve did not read from its mark"
     other.sql(MARK_PASSED[other.dialect])
     assert [r[0] for r in other.reserve(q, 2)] == ["late", "m4"]
@@ -120,12 +123,7 @@ def test_a_mark_whose_time_is_further_than_60_s_ahead_is_not_read_from(sessions)
     read from the start further ahead than the 60 s a read sets at most was not set by a reserve, and
     the mark is not live. Here the session moves it an hour ahead: the next batch reserve reads from
     the start and takes the push committed late first, as once the mark's time is up."""
-    writer, other = sessions(2)
-    q = unique("markahead")
-    _late_push(writer, other, q, 6)
-    assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m1"]
-    writer.commit()
-    other.keep_mark(q)
+    other, q = _marked_past_a_late_push(sessions, "markahead", 6)
     other.sql(MARK_AHEAD[other.dialect])
     assert [r[0] for r in other.reserve(q, 2)] == ["late", "m2"]
 
@@ -135,20 +133,7 @@ def test_a_batch_reserve_reads_a_higher_priority_from_its_start_not_from_a_lower
     pushed before m0 in a transaction committed after the mark was taken, and h0..h2 of priority 1
     pushed after it: the next batch reserve takes late, h0 (from the mark's place at priority 1 it
     would find h0, h1 and skip late)."""
-    writer, other = sessions(2)
-    q = unique("markhigher")
-    writer.create(q)
-    writer.push(q, "warm")
-    assert writer.pop(q) == ["warm"]
-    writer.begin()
-    writer.push(q, "late", priority=1)
-    for i in range(6):
-        other.push(q, f"m{i}")
-    other.lock_timeout()
-    assert [r[0] for r in other.reserve(q, 2)] == ["m0", "m1"]
+    other, q = _marked_past_a_late_push(sessions, "markhigher", 6, priority=1)
     for i in range(3):
         other.push(q, f"h{i}", priority=1)
-    writer.commit()
-    if other.pg:  # (MySQL/MariaDB: a queue with a message above priority 0 goes the general way, no mark)
-        other.keep_mark(q)
     assert [r[0] for r in other.reserve(q, 2)] == ["late", "h0"]
