@@ -263,6 +263,16 @@ def _interruption(exc: BaseException, dialect: dialects.Dialect) -> bool:
     return dialect.is_connection_lost(getattr(exc, "orig", exc))
 
 
+# The pool of migrate's own engine logs under a name of its own. A Ctrl-C that lands while the pool
+# returns the connection (its reset) is logged there as an error with its traceback before it goes on
+# up to _migrate, which reports it in one line (INTERRUPTED): that record is dropped.
+_POOL_LOGGING_NAME = "pyqueue_sql.migrate"
+
+
+def _not_an_interrupt(record: logging.LogRecord) -> bool:
+    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+
+
 @contextlib.contextmanager
 def _migration_lock(connection: Connection, dialect: dialects.Dialect) -> Iterator[None]:
     """PostgreSQL: a transaction-level advisory lock (gone at commit/rollback).
@@ -776,8 +786,10 @@ def _session(target: Target) -> Iterator[tuple[Connection, dialects.Dialect]]:
     engine = create_engine(
         f"{dialect.sqlalchemy_dialect}://",
         poolclass=pool.NullPool,
+        pool_logging_name=_POOL_LOGGING_NAME,
         creator=lambda: dialect.connect(target, autocommit=False),
     )
+    engine.pool.logger.addFilter(_not_an_interrupt)  # a logging.Logger of this pool's own name: added once
     try:
         connection = engine.connect()
         try:

@@ -578,3 +578,37 @@ def test_upgrade_and_downgrade_say_what_they_applied(fresh_database):
     assert (
         _sql(dsn, f"SELECT table_name FROM information_schema.tables WHERE table_schema = {schema}") == []
     ), "a downgrade to base leaves no table behind"
+
+
+def test_ctrl_c_while_the_pool_returns_the_connection_is_one_line(
+    fresh_database, dialect, monkeypatch, caplog
+):
+    """A Ctrl-C may land while SQLAlchemy's pool resets the connection it takes back, after the run:
+    the pool logs it as an error with its traceback and raises it on. migrate reports it in its one
+    line (INTERRUPTED) and nothing else is logged (with no handler set, Python prints a record of
+    that level to stderr). The interrupt is raised from the pool's own reset event here, where a
+    terminal's SIGINT lands by chance."""
+    from sqlalchemy import event
+
+    dsn = fresh_database("resetintr")
+    made = migrate.create_engine
+
+    def engine_whose_reset_is_interrupted(*args, **kwargs):
+        engine = made(*args, **kwargs)
+
+        def interrupted(dbapi_connection, record, reset_state):
+            raise KeyboardInterrupt
+
+        event.listen(engine.pool, "reset", interrupted)
+        return engine
+
+    monkeypatch.setattr(migrate, "create_engine", engine_whose_reset_is_interrupted)
+    with (
+        caplog.at_level("WARNING"),
+        pytest.raises(migrate.MigrationInterrupted, match="migrate was interrupted"),
+    ):
+        migrate.upgrade(dsn)
+    logged = [(r.name, r.getMessage()) for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert logged == [], logged
+    monkeypatch.undo()
+    assert migrate.upgrade(dsn).after  # the next run resumes, or finds it done
