@@ -21,6 +21,7 @@ from bench import common
 from bench.bench import HandRolled, Pgmq, _payload
 
 QUEUE, BATCH = "held", 50
+LEASE = 300  # seconds every system leases what it reserves for (--lease; set before the clients fork)
 HORIZON = {  # the server's own figure of what the snapshot holds back
     "postgresql": ("xmin age", "SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_stat_activity"),
     "mysql": ("history list length",
@@ -34,7 +35,7 @@ def _pyqueue(dialect: str, dsn: str):
     k = iter(range(1 << 62))
     return (
         lambda: q.push_many([(f"m{next(k)}", "job", {"n": i}) for i in range(BATCH)]),
-        lambda: q.reserve(n=BATCH, worker="held", timeout=300),
+        lambda: q.reserve(n=BATCH, worker="held", timeout=LEASE),
         q.commit_many,  # how many it settled
         [db.connection],
     )
@@ -92,10 +93,10 @@ def _rows(conn, sql: str, params: tuple = ()) -> int:
 
 def _claim(conn, table: str, n: int, token: str, hint: str = "", now: str = NOW["mysql"]) -> list[int]:
     """The job table's reserve in conn's open transaction: the first n ready rows by (run_at, id),
-    SKIP LOCKED, leased 300 s under token."""
+    SKIP LOCKED, leased LEASE seconds under token."""
     ids = [r[0] for r in common.query(conn, f"SELECT id, payload FROM {table} {hint} WHERE run_at <= {now} ORDER BY run_at, id LIMIT {n} FOR UPDATE SKIP LOCKED")]  # fmt: skip
     if ids:
-        common.query(conn, f"UPDATE {table} SET run_at = {now} + INTERVAL '300' SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
+        common.query(conn, f"UPDATE {table} SET run_at = {now} + INTERVAL '{LEASE}' SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
     return ids
 
 
@@ -234,7 +235,7 @@ def _leased(dialect: str, dsn: str):
         if rows:
             mark["at"], mark["id"] = rows[0][1], rows[0][0]
             ids = [r[0] for r in rows]
-            common.query(conn, f"UPDATE leased SET leased_until = {now} + INTERVAL '300' SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
+            common.query(conn, f"UPDATE leased SET leased_until = {now} + INTERVAL '{LEASE}' SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
         conn.commit()
         return [r[0] for r in rows], token
 
@@ -250,7 +251,7 @@ def _pgmq(dialect: str, dsn: str):
     bodies = [__import__("psycopg").types.json.Jsonb({"n": i}) for i in range(BATCH)]
     return (
         lambda: common.query(conn, Pgmq.SEND_BATCH, (QUEUE, bodies)),
-        lambda: [r[0] for r in common.query(conn, Pgmq.READ, (QUEUE, 300, BATCH))],
+        lambda: [r[0] for r in common.query(conn, Pgmq.READ, (QUEUE, LEASE, BATCH))],
         lambda ids: len(common.query(conn, Pgmq.DELETE_BATCH, (QUEUE, ids))) if ids else 0,
         [conn],
     )
@@ -384,7 +385,7 @@ def _window(series, times, systems, t0: float, t1: float) -> dict:
 def run(args) -> dict:
     dialect, systems = args.dialect, args.systems
     marks = [m for m in (10, 30, *range(60, int(args.minutes * 60) + 1, 60)) if m <= args.minutes * 60]
-    with common.database(dialect, "heldsnap", QUEUE, visibility_timeout=300) as dsn:
+    with common.database(dialect, "heldsnap", QUEUE, visibility_timeout=LEASE) as dsn:
         _setup(dialect, dsn, systems)
         ctx = mp.get_context("fork")
         stop, times = ctx.Event(), ctx.Queue()
@@ -476,13 +477,14 @@ def summary(out: dict) -> str:
         + ("; rows reused: the settle an UPDATE to free, the push an UPDATE of free rows" * ("reuse" in systems))
         + (f"; {SEGMENTS} job tables taking the pushes in turn, {PERIOD} s each, read oldest first, "
            "emptied by TRUNCATE TABLE" * ("rotate" in systems))
-        + f"); a snapshot held from "
+        + f"); every reserve leases for {out.get('lease_s', 300)} s; a snapshot held from "
         f"{res['hold_at_s']} s for {res['held_s']:.0f} s. Load average {out['load'][0]:.1f} before, "
         f"{out['load_after'][0]:.1f} after ({out['cpus']} CPUs). Each row: msg/s over the 30 s (at most) before it, "
         f"the ratio to the row \"before\", the reserve's time, the CPU a message of the system's server sessions "
         f"(PostgreSQL their backends, MariaDB their connections' threads) and of its client process (10 ms ticks of "
         f"/proc and getrusage), the server's {HORIZON[dialect][0]} and "
-        + ("the shared buffers one reserve touches (EXPLAIN ANALYZE, rolled back)." if dialect == "postgresql" else
+        + ("the shared buffers one reserve of a session of its own touches (EXPLAIN ANALYZE, rolled back; once a "
+           "minute, it holds no live mark: pyqueue-sql's is a read from the queue's bound)." if dialect == "postgresql" else
            f"the pages a read of the first {BATCH} ready entries from the range's start accesses (ANALYZE FORMAT=JSON)."),
         "",
         *common.table(head, body),
@@ -500,16 +502,26 @@ def main(argv=None) -> int:
             "",
             "comma-separated, of: pyqueue, plain, pgmq, reuse, rotate, leased (default: the first 3)",
         ),
+        (
+            "--lease",
+            300.0,
+            "seconds a reserve leases its messages for, every system (default 300; "
+            "pyqueue-sql's default visibility timeout is 30)",
+        ),
         ("--out", "bench/results", "where held-snapshot-<dialect>.md and .json go"),
     )
     args = ap.parse_args(argv)
+    if args.lease <= 0:
+        ap.error("--lease must be positive")
+    global LEASE
+    LEASE = int(args.lease) if args.lease == int(args.lease) else args.lease
     default = ["pyqueue", "plain"] + (["pgmq"] if args.dialect == "postgresql" and importlib.util.find_spec("pgmq") else [])  # fmt: skip
     args.systems = common.names(args.systems, SYSTEMS, ap, "systems") or default
     if other := [n for n in args.systems if ONLY.get(n, args.dialect) != args.dialect]:
         ap.error(f"{', '.join(other)}: not on {args.dialect}")
     common.exit_on_sigterm()
     out = {"started": common.now_utc(), "command": common.command(), "dialect": args.dialect,
-           "minutes": args.minutes, "systems": args.systems, "load": common.loadavg(), "cpus": os.cpu_count()}  # fmt: skip
+           "minutes": args.minutes, "lease_s": LEASE, "systems": args.systems, "load": common.loadavg(), "cpus": os.cpu_count()}  # fmt: skip
     out["result"] = run(args)
     out["load_after"] = common.loadavg()
     common.write(args.out, f"held-snapshot-{args.dialect}", summary(out), out, tag="")
