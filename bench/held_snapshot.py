@@ -504,7 +504,7 @@ def main(argv=None) -> int:
         ),
         (
             "--lease",
-            300.0,
+            300,
             "seconds a reserve leases its messages for, every system (default 300; "
             "pyqueue-sql's default visibility timeout is 30)",
         ),
@@ -514,7 +514,7 @@ def main(argv=None) -> int:
     if args.lease <= 0:
         ap.error("--lease must be positive")
     global LEASE
-    LEASE = int(args.lease) if args.lease == int(args.lease) else args.lease
+    LEASE = args.lease
     default = ["pyqueue", "plain"] + (["pgmq"] if args.dialect == "postgresql" and importlib.util.find_spec("pgmq") else [])  # fmt: skip
     args.systems = common.names(args.systems, SYSTEMS, ap, "systems") or default
     if other := [n for n in args.systems if ONLY.get(n, args.dialect) != args.dialect]:
