@@ -124,29 +124,51 @@ class RunnerPool:
         with self._lock:
             self._idle.append(runner)
 
-    def set_aside(self, runner: Runner, job: Job) -> None:
+    def set_aside(self, runner: Runner, jobs: list[Job]) -> None:
         """The runner's handler did not end after its time limit: the runner is no longer used; it
-        ends when that handler does. (Called with runner.detached already set.)"""
+        ends when that handler does. Every job it holds (a batch's: all of them) is recorded as
+        stuck, so that no lane of this worker starts one of them again before it ends. (Called
+        with runner.detached already set.)"""
         with self._lock:
             if runner.ended:  # its handler ended meanwhile (after the grace): nothing is stuck
                 return
-            self.stuck[(job.queue, job.key, job.kind)] = runner
-            n = len(self.stuck)
+            for job in jobs:
+                self.stuck[(job.queue, job.key, job.kind)] = runner
+            n = self._stuck_runners()
+        job = jobs[0]
+        more = f" and {len(jobs) - 1} more jobs of its batch" if len(jobs) > 1 else ""
         log.warning(
-            "the handler of %s/%s/%s still runs %g s after it was stopped (a blocking call): its "
-            "thread is set aside, %d stuck now; this worker does not start the job again before it ends",
+            "the handler of %s/%s/%s%s still runs %g s after it was stopped (a blocking call): its "
+            "thread is set aside and still running, %d stuck now; this worker does not start the "
+            "job again before it ends",
             job.queue,
             job.key,
             job.kind,
+            more,
             STUCK_GRACE,
             n,
-            extra={"event": "stuck", "queue": job.queue, "key": job.key, "kind": job.kind, "stuck": n},
+            extra={
+                "event": "stuck",
+                "queue": job.queue,
+                "key": job.key,
+                "kind": job.kind,
+                "stuck": n,
+                "jobs": len(jobs),
+            },
         )
         self._on_stuck(n)
 
+    def _stuck_runners(self) -> int:
+        """The number of stuck runners (a batch's runner holds several stuck jobs); lock held."""
+        return len({id(runner) for runner in self.stuck.values()})
+
+    def holds(self, job: Job) -> bool:
+        """Whether a stuck runner of this worker still runs the job (an earlier attempt of it)."""
+        return bool(self.stuck) and (job.queue, job.key, job.kind) in self.stuck
+
     def stuck_count(self) -> int:
         with self._lock:
-            return len(self.stuck)
+            return self._stuck_runners()
 
     def _ended(self, runner: Runner) -> None:
         """On the runner's thread, as it ends: its resources closed, its stuck job forgotten."""

@@ -143,7 +143,7 @@ def handle_timed(
         if stuck:
             abandoned = runner.detached = True
     if stuck:
-        pool.set_aside(runner, job)
+        pool.set_aside(runner, op.batch or [job])
     else:
         log_late_return(job, timeout, box[0])
         pool.give_back(runner)
@@ -199,7 +199,7 @@ async def run_plain_async(
         if stuck:
             abandoned = runner.detached = True
     if stuck:
-        pool.set_aside(runner, job)
+        pool.set_aside(runner, [job])
     else:
         if not fut.done():
             await fut
