@@ -18,7 +18,8 @@ current one and a third commits the successes of the one before (at most one bat
 one waiting for its commit). Before a prefetched batch runs, its jobs whose lease ran low meanwhile
 are handed back, as a prefetched job's are. prefetch=0 (run_pending's): one thread does all in turn.
 
-While a batch runs its jobs are held as the worker's other jobs are: the heartbeat renews them (the
+While a batch lingers for more, runs or waits its turn its jobs are held as the worker's other jobs
+are (a linger longer than the lease keeps its leases): the heartbeat renews them (the
 batch reserved ahead's too), status() lists them, a stop lets the batch finish (within the shutdown
 timeout), commits it, and hands back the jobs of a batch not started. A lane runs one batch at a
 time; the worker's concurrency is its plain handlers' (see docs/tasks.md, "Batch tasks")."""

@@ -733,6 +733,21 @@ class Dispatch:
             self.release(job, successors)
         return successors[0] if successors else None
 
+    def overdue_cancel_steps(self, job: Job):
+        """A cancelled job whose plain handler is blocked past kill_grace, before its process is
+        replaced: recorded as cancelled (queue_cancel_held) and marked done, so that nothing
+        settles it again (and the heartbeat no longer extends it). True once recorded."""
+        yield Acquire(job.lock)
+        try:
+            if job.done:
+                return False
+            held = yield RetriedCall("cancel_held", job.queue, (job.reservation,), hard=True)
+            job.done = True
+        finally:
+            job.lock.release()
+        self.policy.cancelled(job, held)
+        return True
+
     def hand_back_steps(self, job: Job, delay: float = 0.0):
         """Gives back a message reserved and not started (a stop, a lease run low, its earlier
         attempt stuck) with queue_snooze: ready again at once (or after `delay` seconds), its
