@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,8 @@ from pyqueue_sql import App, InvalidArgumentError, InvalidPayloadError, TaskCanc
 
 from ..helpers import wait_for
 from .test_workflows import running
+
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture
@@ -223,3 +229,68 @@ def test_mistakes_are_refused_in_one_line_and_nothing_is_enqueued(app):
         assert queue.messages() == []
     finally:
         no_results.close()
+
+
+@pytest.mark.slow  # a worker process, an order whose step runs into its 2 s timeout: 6-10 s
+def test_the_celery_example_application_runs_under_the_cli_worker(installed_database, dialect):
+    """examples/celery_app.py as its docstring runs it: `setup`, then `pyqueue-sql worker` serving
+    its two queues while orders are placed: a chain and a chord whose values flow step to step
+    (across the routed queue), a chain stopped by an unknown product and one by its step's time
+    limit, each reported once by its failure callback; the rate in SQL; then the hourly beat task,
+    run by the time machine."""
+    dsn = installed_database("celery")
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_DSN": dsn}
+    setup = subprocess.run(
+        [sys.executable, "-m", "examples.celery_app", "setup"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert setup.returncode == 0, setup.stderr
+    from examples import celery_app as example
+
+    example.app.dsn = dsn
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "pyqueue_sql.cli", "worker", "examples.celery_app:app", "--no-status"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        receipt, invoice = example.place_order(1, ["book", "pen"])
+        unknown = example.place_order(2, ["book", "unicorn"])
+        late = example.place_order(3, ["lamp"], carrier_delay=10)
+        assert receipt.queue == example.EMAILS
+        assert receipt.result(timeout=60) == "receipt for order 1: 2300 cents"
+        assert invoice.result(timeout=60) == "invoice for order 1: 1500 + 300 = 1800 cents"
+        for handle in unknown:
+            with pytest.raises((TaskCancelled, pyqueue_sql.TaskFailed)):
+                handle.result(timeout=60)
+        with pytest.raises(TaskCancelled):
+            late[0].result(timeout=60)
+        assert late[1].result(timeout=60) == "invoice for order 3: 4200 = 4200 cents"
+        failed = {
+            key: example.app.handle(example.SHOP, key, "order_failed").result(timeout=60)
+            for key in ("order-2-checkout-failed", "order-2-invoice-failed", "order-3-checkout-failed")
+        }
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err.decode()
+    assert failed["order-2-checkout-failed"].startswith("order 2 checkout failed: reserve_stock: KeyError:")
+    assert failed["order-2-invoice-failed"].startswith("order 2 invoice failed: price: KeyError:")
+    assert failed["order-3-checkout-failed"].startswith(
+        "order 3 checkout failed: quote_shipping: TimeoutError"
+    )
+    assert example.app.handle(example.SHOP, "order-1-checkout-failed", "order_failed").status().state in (
+        "cancelled",
+        "unknown",
+    )
+    [rate] = example.app.database().queue(example.EMAILS).rates()
+    assert (rate.kind, rate.n, rate.per) == ("send_receipt", 10, dt.timedelta(seconds=1))
+    report = example.app.run_pending(advance=dt.timedelta(hours=1))
+    assert [j.outcome for j in report.jobs if j.kind == "purge_carts"][:1] == ["succeeded"], report.jobs
+    example.app.close()

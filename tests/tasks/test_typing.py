@@ -106,7 +106,7 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
 def test_mypy_checks_a_signature_against_its_task_and_types_what_a_canvas_defers(tmp_path):
     """task.s(...) takes the function's arguments, or all but the first (which a chained step gets
     from the step before): anything else is a mypy error; defer() of a signature, chain, chord and
-    group is typed by the task the result comes from."""
+    group is typed by the task the result comes from; the Celery example application is clean."""
     canvas = tmp_path / "canvas_use.py"
     canvas.write_text(
         "from pyqueue_sql import App, chain, chord, group\n"
@@ -133,7 +133,7 @@ def test_mypy_checks_a_signature_against_its_task_and_types_what_a_canvas_defers
         "label.si('sum')\n"
         "add.s(1, 2).set(priority='high')\n"
     )
-    out = _mypy(tmp_path, canvas)
+    out = _mypy(tmp_path, "examples/celery_app.py", canvas)
     revealed = [
         re.sub(
             r"pyqueue_sql\.tasks\.(\w+\.)?",
@@ -153,6 +153,7 @@ def test_mypy_checks_a_signature_against_its_task_and_types_what_a_canvas_defers
         '"TaskGroup[int]"',
     ], out.stdout
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
+    assert all(line.startswith(str(canvas)) for line in errors), out.stdout
     lines = sorted({int(line.split(":")[1]) for line in errors})
     assert lines == [19, 20, 21, 22, 23], out.stdout
     assert 'No overload variant of "s" of "Task" matches argument types "str", "int"' in out.stdout
