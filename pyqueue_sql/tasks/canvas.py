@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Generic, Literal, Protocol, TypeVar, overload
 
 from .. import errors
+from ..client import Database
 from ..dialects import JSONValue
 from .keys import new_key
 from .task import (
@@ -382,9 +383,12 @@ def defer_canvas(app: Any, node: Step) -> Any:
     plan = _Plan(app)
     exits, listed = _plan(plan, node, (), False)
     db = app.database()
-    own = all(c.task.db is None for c in plan.calls) and db._owned and not db._in_transaction
+    if not isinstance(db, Database):
+        raise errors.InvalidArgumentError(
+            "the app's database is an asyncio one: a canvas is deferred through a blocking Database"
+        )
     handles: dict[Ref, TaskHandle[Any]] = {}
-    if own:
+    if all(c.task.db is None for c in plan.calls) and _may_begin(db):
         with db.transaction():
             _push(app, plan, handles)
     else:
@@ -392,6 +396,12 @@ def defer_canvas(app: Any, node: Step) -> Any:
     if listed:
         return TaskGroup([handles[r] for r in exits])
     return handles[exits[0]]
+
+
+def _may_begin(db: Database) -> bool:
+    """Whether the canvas may open its own transaction: not inside the caller's (they do not nest:
+    its jobs are then part of the caller's), nor on a wrapped connection, whose are the caller's."""
+    return bool(db._owned and not db._in_transaction)
 
 
 def _push(app: Any, plan: _Plan, handles: dict[Ref, TaskHandle[Any]]) -> None:
