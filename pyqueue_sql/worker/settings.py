@@ -113,7 +113,7 @@ class WorkerSettings:
         kill_grace = self.kill_grace
         if isinstance(kill_grace, bool) or not isinstance(kill_grace, (int, float)) or not kill_grace > 0:
             raise errors.InvalidArgumentError(f"kill_grace must be seconds > 0, not {kill_grace!r}")
-                if self.release_dead_after is not None and self.release_dead_after < max(self.lease, 30):
+        if self.release_dead_after is not None and self.release_dead_after < max(self.lease, 30):
             raise errors.InvalidArgumentError(
                 "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3) and "
                 "at least 30 s (queue_release_dead_workers refuses a shorter silence)"
