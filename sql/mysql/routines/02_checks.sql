@@ -15,6 +15,28 @@ BEGIN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_text;
 END //
 
+-- pyqueue__check_clock: the first step of every contract procedure that reads the clock (UTC_TIMESTAMP(6), directly
+-- or through a helper; of a push or publish and its *_with_headers sibling, of the body they share): refuses a session
+-- whose clock is not the server's, then runs the call on the server's clock.
+-- SET timestamp = <t>, which any account may run, moves NOW() and UTC_TIMESTAMP() in its session, inside SQL SECURITY
+-- DEFINER procedures too, and with them every due time, lease, rate window and expiry they compute. SYSDATE(6) is the
+-- server's clock, which no session setting moves; NOW(6) is the start of this statement (each statement of a
+-- procedure reads the clock anew), microseconds before, unless the session set its timestamp: more than a second
+-- apart is refused in one line (a second: a thread the scheduler holds back is not refused), and the SET that
+-- follows puts the session back on the server's clock, so that a timestamp set within that second moves nothing
+-- either (a caller's SET timestamp lasts until its next such call). (A server started with --sysdate-is-now makes
+-- SYSDATE() NOW(): nothing is refused there, and the SET still holds.) Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_clock //
+CREATE PROCEDURE pyqueue__check_clock()
+SQL SECURITY INVOKER
+BEGIN
+    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000 THEN
+        CALL pyqueue__raise('invalid_argument',
+                            'the session clock is not the server clock (SET timestamp): run SET timestamp = DEFAULT');
+    END IF;
+    SET timestamp = DEFAULT;
+END //
+
 -- pyqueue__check_name: refuses a name that is NULL, empty, longer than in_max characters or ends with a space (see
 -- "Names compare exactly"). Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_name //
