@@ -767,6 +767,7 @@ CREATE PROCEDURE queue_push_after_on(
     IN in_run_on  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
+    CALL pyqueue__check_clock();
     CALL queue_push_after_on_with_headers(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, NULL, NULL,
                                           NULL);
 END //
@@ -787,6 +788,7 @@ CREATE PROCEDURE queue_push_after_on_with_headers(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_inserted INT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__push_after(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, in_run_at, in_priority,
                              in_headers, v_inserted);
     SELECT v_inserted AS inserted;
@@ -803,6 +805,7 @@ CREATE PROCEDURE queue_push_after(
     IN in_parents LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
+    CALL pyqueue__check_clock();
     CALL queue_push_after_on(in_queue, in_key, in_kind, in_payload, in_parents, 'success');
 END //
 
@@ -828,6 +831,7 @@ BEGIN
     DECLARE v_paused, v_end BOOLEAN DEFAULT FALSE;
     DECLARE v_m LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_text VARCHAR(512) CHARACTER SET utf8mb4;
+    CALL pyqueue__check_clock();
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     IF in_messages IS NULL OR NOT JSON_VALID(in_messages) OR JSON_TYPE(in_messages) <> 'ARRAY' THEN
         CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
@@ -917,6 +921,7 @@ BEGIN
     DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     SELECT d.n AS ordinal, d.other_queue AS queue, d.other_key AS p_key, d.other_kind AS p_kind,

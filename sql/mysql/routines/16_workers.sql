@@ -17,6 +17,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_name('name', in_name, 200);
     IF CHAR_LENGTH(in_host) > 255 THEN CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters'); END IF;
     IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'host', in_host); END IF;
@@ -70,6 +71,7 @@ CREATE PROCEDURE queue_worker_heartbeat(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_clock();
     CALL pyqueue__worker_secret(in_worker_id, in_secret, v_secret);
     UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6)
      WHERE worker_id = in_worker_id AND secret = v_secret;
@@ -114,6 +116,7 @@ BEGIN
          WHERE m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
            AND JSON_CONTAINS(v_tags, JSON_QUOTE(m.reserved_by));
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__check_clock();
     IF in_older_than_s IS NULL THEN CALL pyqueue__raise('invalid_argument', 'older_than must not be NULL'); END IF;
     CALL pyqueue__check_duration('older_than', in_older_than_s, TRUE);
     IF in_older_than_s < 30 THEN
@@ -150,6 +153,7 @@ CREATE PROCEDURE queue_workers()
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     SET v_now = UTC_TIMESTAMP(6);
     SELECT w.worker_id, w.worker_name, w.host, w.pid, w.queues, w.started_at, w.heartbeat_at,
            TIMESTAMPDIFF(MICROSECOND, w.heartbeat_at, v_now) / 1e6 AS heartbeat_age_s,

@@ -279,6 +279,7 @@ CREATE PROCEDURE queue_schedule_every(
     IN in_every_s DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
+    CALL pyqueue__check_clock();
     IF in_every_s IS NULL THEN CALL pyqueue__raise('invalid_argument', 'every must not be NULL'); END IF;
     CALL pyqueue__check_duration('every', in_every_s, TRUE);
     IF in_every_s < 1 OR in_every_s <> TRUNCATE(in_every_s, 0) THEN
@@ -299,6 +300,7 @@ CREATE PROCEDURE queue_schedule_cron(
     IN in_cron    LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
+    CALL pyqueue__check_clock();
     IF in_cron IS NULL OR CHAR_LENGTH(in_cron) > 255 THEN
         CALL pyqueue__raise('invalid_argument', 'cron must not be NULL or longer than 255 characters');
     END IF;
