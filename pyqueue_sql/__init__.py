@@ -49,6 +49,7 @@ _LAZY: dict[str, str] = {
         (
             "Cancelled",
             "ConnectionFailedError",
+            "ConnectionLostError",
             "DriverNotInstalledError",
             "GiveUp",
             "InsecureSchemaError",
@@ -66,6 +67,7 @@ _LAZY: dict[str, str] = {
             "TaskFailed",
             "UnknownQueueError",
             "UnknownTaskError",
+            "UnreadablePayloadError",
             "UnsupportedDsnError",
         ),
         "errors",
@@ -110,6 +112,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the names as if importe
     from .errors import (
         Cancelled,
         ConnectionFailedError,
+        ConnectionLostError,
         DriverNotInstalledError,
         GiveUp,
         InsecureSchemaError,
@@ -127,6 +130,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the names as if importe
         TaskFailed,
         UnknownQueueError,
         UnknownTaskError,
+        UnreadablePayloadError,
         UnsupportedDsnError,
     )
     from .tasks import App, RunReport, Task, TaskGroup, TaskHandle, current_job, running_job
@@ -170,6 +174,7 @@ __all__ = [
     # Errors
     "QueueError",
     "ConnectionFailedError",
+    "ConnectionLostError",
     "UnsupportedDsnError",
     "DriverNotInstalledError",
     "SchemaNotInstalledError",
@@ -181,6 +186,7 @@ __all__ = [
     "SerializationError",
     "UnknownTaskError",
     "PayloadMismatchError",
+    "UnreadablePayloadError",
     "TaskFailed",
     "TaskCancelled",
     "ResultNotFoundError",

@@ -42,6 +42,7 @@ from .base import (
     token_value,
     whole_number,
 )
+from .jsontext import UnreadableJSON, dump_json_text, load_json
 from .mysql import MySQL, mysql_connect_args
 from .postgresql import PostgreSQL
 
@@ -60,6 +61,7 @@ __all__ = [
     "JdbcDriver",
     "JSONValue",
     "Listener",
+    "UnreadableJSON",
     "Params",
     "Row",
     "RowValue",
@@ -69,12 +71,14 @@ __all__ = [
     "as_dialect",
     "as_timedelta",
     "as_utc",
+    "dump_json_text",
     "encode_json",
     "for_connection",
     "for_dsn",
     "for_name",
     "for_scheme",
     "key_value",
+    "load_json",
     "mysql_connect_args",
     "read_token",
     "routine_error",

@@ -165,7 +165,7 @@ def encode_json(payload: object) -> str:
     """A payload as compact JSON text; InvalidPayloadError for what JSON cannot hold (NaN, sets...)."""
     try:
         return _JSON_ENCODER.encode(payload)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise errors.InvalidPayloadError(f"payload is not JSON-serialisable: {exc}") from exc
 
 

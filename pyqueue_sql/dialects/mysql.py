@@ -40,6 +40,7 @@ from .base import (
     scrub_exception,
     strip_driver,
 )
+from .jsontext import UnreadableJSON, load_json
 
 # PyMySQL's (and aiomysql's) connect() keyword arguments (Any: each its own type, read back as such).
 ConnectArgs: TypeAlias = dict[str, Any]
@@ -713,9 +714,14 @@ class MySQLCodec(Codec):
         return None if value is None else value.replace(tzinfo=UTC)
 
     def read_payload(self, value: object) -> JSONValue:
+        """Stored JSON text as its value (dialects/jsontext.py: every JSON the server accepts is
+        read; what still cannot be is an UnreadableJSON, never an error of the whole call)."""
         if isinstance(value, (bytes, bytearray)):
-            value = value.decode("utf-8")
-        return json.loads(value) if isinstance(value, str) else value
+            try:
+                value = value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return UnreadableJSON(f"not UTF-8: {exc}", value.decode("utf-8", "replace"))
+        return load_json(value) if isinstance(value, str) else value
 
     def kinds(self, kinds: Sequence[str] | None) -> str | None:
         checked = super().kinds(kinds)
