@@ -523,6 +523,24 @@ class Dialect:
         run is then interrupted, not failed)."""
         return isinstance(exc, self.connection_errors())
 
+    def connection_open(self, connection: object) -> bool:
+        """Whether a driver connection may still be used: False once its driver knows the
+        connection is gone (psycopg and aiomysql: ``closed``; PyMySQL: ``open``)."""
+        is_open = getattr(connection, "open", None)  # PyMySQL
+        if isinstance(is_open, bool):
+            return is_open
+        return not getattr(connection, "closed", False)
+
+    def lost_connection(self, connection: object, exc: BaseException) -> bool:
+        """Whether exc, raised by a call on connection, says that the connection is gone (the
+        session was killed, the server restarted, the network dropped); not a statement's own
+        failure on a connection that still works (a lock wait timeout, a cancelled statement)."""
+        return (
+            isinstance(exc, self.connection_errors())
+            and not isinstance(exc, errors.QueueError)
+            and not self.connection_open(connection)
+        )
+
     def is_deadlock(self, exc: BaseException) -> bool:
         """Whether the server rolled the transaction back to keep it serializable or to break a
         deadlock (errors.SerializationError; run the whole transaction again)."""

@@ -19,7 +19,6 @@ what it refuses.
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from decimal import Decimal
@@ -65,11 +64,11 @@ def _int_limit() -> int:
     return limit if limit > 0 else sys.maxsize
 
 
-def _read_float(text: str) -> Any:
-    value = float(text)
-    if math.isinf(value):
-        return Decimal(text)
-    return value
+def _read_float(text: str, _float: type[float] = float) -> Any:
+    # called for every fractional or exponent number of every payload: a float's range is tested
+    # as value - value, 0.0 for every finite value and nan for an infinite one (no call)
+    value = _float(text)
+    return Decimal(text) if value - value else value
 
 
 _INTEGER = re.compile(r"-?(?:0|[1-9]\d*)")

@@ -52,7 +52,7 @@ _ACCESS_DENIED = (1044, 1142, 1143, 1227, 1370)
 _BAD_VALUE = (1264, 1265, 1292, 1366)
 # The client lost the server (0: PyMySQL's own "not connected"; 2006 gone away; 2013 lost during a
 # query; 2014 commands out of sync; 2055 lost at handshake or reading).
-_CONNECTION_LOST = (0, 2006, 2013, 2014, 2055)
+_CONNECTION_LOST = (0, 1927, 2006, 2013, 2014, 2055, 4031)  # 1927: killed (MariaDB); 4031: idle too long
 # A user, host or role name: no quotes, backticks or control characters (so backticks quote it).
 _NAME = re.compile(r"[^\x00-\x1f\x7f`']+")
 # The routine privileges of mysql.procs_priv's Proc_priv that a regrant gives back, as GRANT names them.
@@ -675,6 +675,11 @@ class MySQL(Dialect):
         lock wait timeout or a refused statement raise)."""
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         return isinstance(exc, self.connection_errors()) and code in _CONNECTION_LOST
+
+    def lost_connection(self, connection: object, exc: BaseException) -> bool:
+        """Also a lost connection's error code on a connection PyMySQL still thinks open (the
+        server's "Connection was killed", 1927, comes before the socket closes)."""
+        return super().lost_connection(connection, exc) or self.is_connection_lost(exc)
 
     def serialization_error(self, exc: BaseException) -> errors.SerializationError | None:
         import pymysql
