@@ -109,6 +109,7 @@ from .sansio import (
     SERIALIZATION_BACKOFF_MAX_S,
     SERIALIZATION_BACKOFF_S,
     Call,
+    ConnectionLoss,
     OwnTransaction,
     Pause,
     SansIO,
@@ -206,6 +207,7 @@ RESULT_WAIT_SLICE = 1.0
 
 
 class DatabaseCalls(
+    ConnectionLoss,
     QueuesDatabaseCalls,
     TopicsDatabaseCalls,
     BrowseDatabaseCalls,
@@ -225,8 +227,7 @@ class DatabaseCalls(
         dsn: str | None = None,
     ) -> None:
         self._connection = connection
-        # connect()'s DSN: a call after the connection was lost opens a new one (None: wrapped)
-        self._dsn = dsn
+        self._dsn = dsn  # connect()'s: the call after a lost connection opens a new one
         self._lost = False  # a call lost the connection (a driver may still think it open)
         # A wrapped SQLAlchemy object: returns the driver connection of its current transaction
         # (a coroutine function for the asyncio client's).
@@ -289,54 +290,6 @@ class DatabaseCalls(
                 self.serialization_retries += 1
                 yield Pause(retry_pause(attempt))
         raise AssertionError("unreachable")
-
-    # -- a lost connection ------------------------------------------------------------
-    def _reopens(self) -> bool:
-        """Whether the next step opens a new connection first: the client's own connection is
-        gone and no transaction was open on it (the next call after a ConnectionLostError)."""
-        return (
-            self._dsn is not None and self._source is None and not self._in_transaction and not self._open()
-        )
-
-    def _open(self) -> bool:
-        """Whether the client's connection may still be used."""
-        return not self._lost and self.dialect.connection_open(self._connection)
-
-    def _connection_lost(
-        self, step: object, exc: BaseException, connection: object
-    ) -> errors.ConnectionLostError | None:
-        """The ConnectionLostError for a step's driver error that says its connection is gone,
-        saying whether the call took effect: not when nothing was sent that could commit (BEGIN,
-        ROLLBACK, a call inside the client's transaction, which the server rolled back), not
-        known otherwise (a call in autocommit or in a transaction of its own, a COMMIT: the server
-        may have committed it before the connection went)."""
-        if not self.dialect.lost_connection(connection, exc):
-            return None
-        self._lost = self._lost or connection is self._connection
-        uncommitted = (
-            step is Step.BEGIN
-            or step is Step.ROLLBACK
-            or (isinstance(step, Call) and self._owned and self._in_transaction)
-        )
-        code, text = (exc.args + (None, None))[:2]  # PyMySQL's (code, message)
-        why = f"{text} ({code})" if isinstance(code, int) and isinstance(text, str) else str(exc)
-        why = " ".join(why.split())[:200] or type(exc).__name__
-        then = (
-            "the next call opens a new connection"
-            if self._dsn is not None
-            else "the connection is unusable: replace it"
-        )
-        if uncommitted:
-            return errors.ConnectionLostError(
-                f"the connection to the database was lost ({why}): the call did not take effect "
-                f"(nothing of an open transaction was committed); {then}",
-                took_effect=False,
-            )
-        return errors.ConnectionLostError(
-            f"the connection to the database was lost ({why}): whether the call took effect "
-            f"cannot be known (it was sent and no answer came back); {then}",
-            took_effect=None,
-        )
 
     def _transaction_steps(self, body: SansIO) -> SansIO:
         """body in a transaction of the client's own: committed when it ends, rolled back when it
@@ -409,8 +362,8 @@ class Database(DatabaseCalls):
         if isinstance(step, Pause):
             time.sleep(step.seconds)
             return None
-        if step is Step.ROLLBACK and self._source is None and not self._open():
-            return None  # the server rolled back what was open when the connection went
+        if self._skips(step):
+            return None
         if self._reopens():
             self._reopen()
         connection = self.connection
@@ -423,12 +376,9 @@ class Database(DatabaseCalls):
             raise lost from exc
 
     def _reopen(self) -> None:
-        """A new connection in place of the lost one (its LISTENs are gone with it)."""
         with contextlib.suppress(Exception):
             self._connection.close()
-        self._connection = self.dialect.connect(self._dsn)
-        self._lost = False
-        self._result_listens.clear()
+        self._reopened(self.dialect.connect(self._dsn))
 
     def _run_step(self, step: Call | OwnTransaction | Step, connection: dialects.Connection) -> Any:
         d = self.dialect

@@ -157,8 +157,8 @@ class AsyncDatabase(DatabaseCalls):
         if isinstance(step, Pause):
             await asyncio.sleep(step.seconds)
             return None
-        if step is Step.ROLLBACK and self._source is None and not self._open():
-            return None  # the server rolled back what was open when the connection went
+        if self._skips(step):
+            return None
         if self._reopens():
             await self._reopen()
         connection = await self._current()
@@ -171,14 +171,11 @@ class AsyncDatabase(DatabaseCalls):
             raise lost from exc
 
     async def _reopen(self) -> None:
-        """A new connection in place of the lost one (its LISTENs are gone with it)."""
         with contextlib.suppress(Exception):
             closing = self._connection.close()
             if inspect.isawaitable(closing):
                 await closing
-        self._connection = await self.dialect.connect_async(self._dsn)
-        self._lost = False
-        self._result_listens.clear()
+        self._reopened(await self.dialect.connect_async(self._dsn))
 
     async def _run_step(
         self, step: Call | OwnTransaction | Step, connection: dialects.AsyncConnection

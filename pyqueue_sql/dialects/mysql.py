@@ -665,6 +665,10 @@ class MySQL(Dialect):
         return None
 
     # -- errors ----------------------------------------------------------
+    # "Connection was killed" (1927, MariaDB) comes before the socket closes, PyMySQL still thinks
+    # the connection open
+    lost_connection_codes = _CONNECTION_LOST
+
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import pymysql
 
@@ -675,11 +679,6 @@ class MySQL(Dialect):
         lock wait timeout or a refused statement raise)."""
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         return isinstance(exc, self.connection_errors()) and code in _CONNECTION_LOST
-
-    def lost_connection(self, connection: object, exc: BaseException) -> bool:
-        """Also a lost connection's error code on a connection PyMySQL still thinks open (the
-        server's "Connection was killed", 1927, comes before the socket closes)."""
-        return super().lost_connection(connection, exc) or self.is_connection_lost(exc)
 
     def serialization_error(self, exc: BaseException) -> errors.SerializationError | None:
         import pymysql
