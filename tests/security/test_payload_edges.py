@@ -15,7 +15,7 @@ from decimal import Decimal
 import pytest
 
 from pyqueue_sql import aio
-from pyqueue_sql.dialects import load_json
+from pyqueue_sql.dialects import UnreadableJSON, load_json
 
 from ..helpers import run_cli
 from .test_privileges import accounts  # noqa: F401 - the fixture is used by name
@@ -63,8 +63,21 @@ PG_ONLY = {
     "arrays nested 2,000 deep": (_deep(2000), _depth_is(2000)),
     "arrays nested 10,000 deep": (_deep(10000), _depth_is(10000)),
 }
+
+
+def _unreadable(value) -> bool:
+    """Stored text that is not JSON: read as an UnreadableJSON naming why (a display: its note)."""
+    if isinstance(value, str):
+        return value.startswith("(unreadable: not JSON this client reads: ")
+    return isinstance(value, UnreadableJSON) and value.reason.startswith("not JSON this client reads: ")
+
+
 MYSQL_ONLY = {
     "NUL": (r'{"s": "a\u0000b"}', lambda v: v == {"s": "a\x00b"}),
+    # JSON_VALID lets these through (a sign, a point or an exponent without digits, an escape JSON
+    # does not have): not JSON, so no client can read them; each message fails alone, named
+    "number forms that are not JSON": ('{"a": -, "b": 1., "c": [1e]}', _unreadable),
+    "an escape that is not JSON": (r'{"s": "\x41"}', _unreadable),
     "arrays nested 31 deep": (_deep(31), _depth_is(31)),
     "arrays nested 32 deep": (_deep(32), None),  # JSON_VALID's limit: refused
 }
