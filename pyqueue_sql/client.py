@@ -360,8 +360,7 @@ class Database(DatabaseCalls):
 
     def _do(self, step: Call | OwnTransaction | Step | Pause) -> Any:
         if isinstance(step, Pause):
-            time.sleep(step.seconds)
-            return None
+            return time.sleep(step.seconds)
         if self._skips(step):
             return None
         if self._reopens():
@@ -370,10 +369,7 @@ class Database(DatabaseCalls):
         try:
             return self._run_step(step, connection)
         except Exception as exc:
-            lost = self._connection_lost(step, exc, connection)
-            if lost is None:
-                raise
-            raise lost from exc
+            raise self._lost_or(step, exc, connection)  # noqa: B904 - its cause is set
 
     def _reopen(self) -> None:
         with contextlib.suppress(Exception):
@@ -433,7 +429,10 @@ class Database(DatabaseCalls):
         key_text, kind_text = key_value(key), text_value(kind, "kind")
         if not self._listens_for_results():
             return long_poll_result(queue, key, kind, deadline, time.monotonic)
-        channel = self._listen_results(queue)
+        try:  # (the LISTEN and the notifications: a lost connection there changed nothing)
+            channel = self._listen_results(queue)
+        except Exception as exc:
+            raise self._lost_or(Step.ROLLBACK, exc, self.connection)  # noqa: B904 - its cause is set
         try:
             while True:
                 r = queue.result(key, kind)
@@ -441,6 +440,8 @@ class Database(DatabaseCalls):
                 if r.finished or r.state == "unknown" or left <= 0:
                     return r
                 self._await_result_note(channel, str(key_text), str(kind_text), min(left, poll))
+        except Exception as exc:
+            raise self._lost_or(Step.ROLLBACK, exc, self.connection)  # noqa: B904 - its cause is set
         finally:
             self._unlisten_results(channel)
 

@@ -226,11 +226,14 @@ class ConnectionLoss:
         self._connection, self._lost = connection, False
         self._result_listens.clear()
 
-    def _connection_lost(self, step: object, exc: BaseException, connection: object) -> Exception | None:
-        """The ConnectionLostError of a step's error that says its connection is gone, or None."""
+    def _lost_or(self, step: object, exc: Exception, connection: object) -> Exception:
+        """What to raise for a step's error: the ConnectionLostError (its cause: exc) when exc
+        says the connection is gone, else exc itself."""
         if not dialects.lost_connection(self.dialect, connection, exc):
-            return None
+            return exc
         self._lost = self._lost or connection is self._connection
-        return connection_lost_error(
+        lost = connection_lost_error(
             step, exc, in_transaction=self._owned and self._in_transaction, reopens=self._dsn is not None
         )
+        lost.__cause__ = exc
+        return lost

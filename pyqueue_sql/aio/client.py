@@ -165,10 +165,7 @@ class AsyncDatabase(DatabaseCalls):
         try:
             return await self._run_step(step, connection)
         except Exception as exc:
-            lost = self._connection_lost(step, exc, connection)
-            if lost is None:
-                raise
-            raise lost from exc
+            raise self._lost_or(step, exc, connection)  # noqa: B904 - its cause is set
 
     async def _reopen(self) -> None:
         with contextlib.suppress(Exception):

@@ -167,3 +167,22 @@ def test_a_wrapped_connection_that_is_lost_is_the_callers_to_replace(dsn, db, qu
         assert "replace it" in str(caught.value) and "\n" not in str(caught.value)
     finally:
         connection.close()
+
+
+def test_a_session_killed_while_wait_result_waits_is_a_connection_lost_error(dsn, db, queue_name):
+    """wait_result waits on LISTEN (PostgreSQL) or in the server's long poll (MySQL/MariaDB)."""
+    client = pyqueue_sql.connect(dsn)
+    try:
+        queue = client.queue(queue_name)
+        queue.push("r", "k", {})
+        killer = threading.Timer(0.5, _kill, (dsn, _session(client)))
+        killer.start()
+        started = time.monotonic()
+        with pytest.raises(errors.ConnectionLostError) as caught:
+            queue.wait_result("r", "k", timeout=20)
+        killer.join()
+        assert time.monotonic() - started < 10
+        assert caught.value.took_effect in (False, None) and "\n" not in str(caught.value)
+        assert queue.result("r", "k").state == "ready"  # the next call reconnects
+    finally:
+        client.close()
