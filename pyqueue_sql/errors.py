@@ -240,8 +240,8 @@ class PayloadMismatchError(GiveUp, TypeError):
 
 
 class UnreadablePayloadError(GiveUp, QueueError):
-    """A message whose stored payload this client could not read (a
-    pyqueue_sql.dialects.jsontext.UnreadableJSON in its place): the worker fails it at once, without
+    """A message whose stored payload or headers this client could not read (a
+    pyqueue_sql.dialects.UnreadableJSON in its place): the worker fails it at once, without
     running its handler and without retries (it is a GiveUp), naming why; the other messages reserved
     with it run."""
 
