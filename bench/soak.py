@@ -34,7 +34,7 @@ from bench import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("ok", "batch", "delayed", "slow", "flaky", "poison")
-MAX_ATTEMPTS, LEASE, CONCURRENCY, RELEASE_DEAD_AFTER, SHUTDOWN_TIMEOUT = 5, 6.0, 4, 15.0, 10.0
+MAX_ATTEMPTS, LEASE, CONCURRENCY, RELEASE_DEAD_AFTER, SHUTDOWN_TIMEOUT = 5, 6.0, 4, 30.0, 10.0
 KILL_EVERY, SAMPLE_EVERY, DRAIN_TIMEOUT = (2.0, 6.0), 10.0, 180.0  # s: between kills, samples; the drain
 TABLES = ("pyqueue_message", "pyqueue_history", "pyqueue_worker", "pyqueue_notify", "pyqueue_queue")
 now = time.monotonic

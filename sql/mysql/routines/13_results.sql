@@ -338,7 +338,9 @@ END //
 --   'unknown': no live message.
 -- A message of a dead-letter queue (a queue that some queue names as its dead_letter_queue) is never cancelled nor
 -- flagged: the call is refused (invalid_argument) and the dead letter stays, whoever calls (dead letters are the
--- evidence of failures: an admin removes one with queue_remove or hands it back with queue_redrive).
+-- evidence of failures: an admin removes one with queue_remove or hands it back with queue_redrive). A schedule's
+-- occurrence (a p_key ending in @<UTC time>) is refused too, whoever calls: its end advances the schedule, and a
+-- producer (who holds this routine) must not move a chain; an admin removes an occurrence with queue_remove.
 -- Steps: a plain read of the unique key, then by id either the request (one UPDATE re-checking that the same
 -- reservation is still live) or the removal (re-checking, under the message's lock, that its token is still the one
 -- read and it is no live reservation; with the history and result rows, in a transaction of its own in autocommit
@@ -367,6 +369,9 @@ BEGIN
     DECLARE v_own, v_tries, v_txn, v_rounds INT DEFAULT 0;
     CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    IF v_key LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__raise('invalid_argument', 'p_key ending in @<UTC time> is a schedule''s occurrence: it is not cancelled; an admin removes it with queue_remove');
+    END IF;
     IF EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.dead_letter_queue = v_queue) THEN
         CALL pyqueue__raise('invalid_argument',
                             'a message of a dead-letter queue is not cancelled; an admin removes it with queue_remove');

@@ -96,6 +96,9 @@ END //
 -- reservations become ready now (token cleared, attempts kept, as after an expiry). Result: one row, released. Per
 -- stale worker: its messages one by one (a plain read, then an UPDATE by id re-checking the token), then its row if
 -- still stale; interrupted, the next call finds the rest. Reads every reserved message: a maintenance call.
+-- in_older_than_s is at least 30 (refused below it): a worker heartbeats every 10 s (lease/3 at the default lease of
+-- 30 s), so a shorter silence is no sign that it is dead, and a caller (a consumer holds this routine) could take a
+-- live worker's messages between two heartbeats.
 DROP PROCEDURE IF EXISTS queue_release_dead_workers //
 CREATE PROCEDURE queue_release_dead_workers(IN in_older_than_s DECIMAL(20,6))
 SQL SECURITY DEFINER
@@ -113,6 +116,9 @@ BEGIN
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
     IF in_older_than_s IS NULL THEN CALL pyqueue__raise('invalid_argument', 'older_than must not be NULL'); END IF;
     CALL pyqueue__check_duration('older_than', in_older_than_s, TRUE);
+    IF in_older_than_s < 30 THEN
+        CALL pyqueue__raise('invalid_argument', 'older_than must be at least 30 seconds: a worker heartbeats every 10 s (lease/3 at the default lease), so a shorter silence does not make it dead');
+    END IF;
     SET v_now = UTC_TIMESTAMP(6);
     SET v_before = v_now - INTERVAL CAST(in_older_than_s * 1000000 AS SIGNED) MICROSECOND;
     /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(CONCAT(w.worker_name, '#', w.worker_id)), JSON_ARRAYAGG(w.worker_id)
