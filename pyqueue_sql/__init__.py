@@ -63,6 +63,7 @@ _LAZY: dict[str, str] = {
         (
             "Cancelled",
             "ConnectionFailedError",
+            "ConnectionLostError",
             "DriverNotInstalledError",
             "GiveUp",
             "InsecureSchemaError",
@@ -80,6 +81,7 @@ _LAZY: dict[str, str] = {
             "TaskFailed",
             "UnknownQueueError",
             "UnknownTaskError",
+            "UnreadablePayloadError",
             "UnsupportedDsnError",
         ),
         "errors",
@@ -124,6 +126,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the names as if importe
     from .errors import (
         Cancelled,
         ConnectionFailedError,
+        ConnectionLostError,
         DriverNotInstalledError,
         GiveUp,
         InsecureSchemaError,
@@ -141,6 +144,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the names as if importe
         TaskFailed,
         UnknownQueueError,
         UnknownTaskError,
+        UnreadablePayloadError,
         UnsupportedDsnError,
     )
     from .tasks import (
@@ -203,6 +207,7 @@ __all__ = [
     # Errors
     "QueueError",
     "ConnectionFailedError",
+    "ConnectionLostError",
     "UnsupportedDsnError",
     "DriverNotInstalledError",
     "SchemaNotInstalledError",
@@ -214,6 +219,7 @@ __all__ = [
     "SerializationError",
     "UnknownTaskError",
     "PayloadMismatchError",
+    "UnreadablePayloadError",
     "TaskFailed",
     "TaskCancelled",
     "ResultNotFoundError",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
 from ..client import QueueCalls
-from ..dialects import encode_json
+from ..dialects import UnreadableJSON, encode_json
 from .interrupt import CancelStopped
 from .model import Job, Plan, Route, log, where_of
 from .model import RetryDue as RetryDue  # its former home, kept importable
@@ -451,6 +451,9 @@ class Dispatch:
         plan = self.routes[job.queue].plan(job.kind)
         if plan[0] is None:
             raise errors.QueueError(f"no handler for kind {job.kind!r}")
+        for what, value in (("payload", job.payload), ("headers", job.headers)):
+            if type(value) is UnreadableJSON:  # fails alone; the messages reserved with it run
+                raise errors.UnreadablePayloadError(f"{what} unreadable: {value.reason}")
         return plan
 
     # -- a message's way ----------------------------------------------------------------
@@ -674,7 +677,7 @@ class Dispatch:
         calls: it runs once a message (docs/performance.md, the worker's CPU per job)."""
         job.started_at = started_at = time.monotonic()
         plan = self.routes[job.queue].plans.get(job.kind)
-        if plan is None or plan[0] is None:
+        if plan is None or plan[0] is None or UnreadableJSON in (type(job.payload), type(job.headers)):
             try:
                 plan = self.plan_of(job)
             except errors.QueueError as exc:
