@@ -241,9 +241,10 @@ class DatabaseCalls(
         self._result_listens: dict[str, int] = {}
         self._result_channels: dict[str, str] = {}  # queue -> its result channel
 
-    @property
-    def _runner(self) -> Any:
-        return self
+    _runner = property(lambda self: self)
+
+    # Whether transaction() may begin now: a connection of connect()'s, no transaction open.
+    may_begin = property(lambda self: self._owned and not self._in_transaction)
 
     def _may_begin(self) -> None:
         """Refuses a transaction() on a wrapped connection, or inside another one."""
@@ -292,9 +293,8 @@ class DatabaseCalls(
         raise AssertionError("unreachable")
 
     def _transaction_steps(self, body: SansIO) -> SansIO:
-        """body in a transaction of the client's own: committed when it ends, rolled back when it
-        raises. (MySQL's commit, rollback, fail, move... take one each: their history row and
-        the removal then stand or fall together.)"""
+        """body in a transaction of the client's own: committed when it ends, rolled back when it raises
+        (MySQL's commit, rollback, fail, move... take one each: history row and removal as one)."""
         yield Step.BEGIN
         self._in_transaction = True
         try:

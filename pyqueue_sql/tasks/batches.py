@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from .. import errors
 from ..worker.batches import check_batch
 from ..worker.model import Job
-from .conversion import Mismatch, _detail, type_hints
+from .conversion import Mismatch, detail, type_hints
 from .running import result_json
 from .task import PayloadMismatchError, Task
 
@@ -105,12 +105,12 @@ class BatchTask(Task[..., R]):
         try:
             return self.fn(**kwargs)
         except Exception as exc:
-            name, why, detail = (
+            name, why, said = (
                 getattr(self.item, "__name__", repr(self.item)),
                 type(exc).__name__,
-                _detail(exc),
+                detail(exc),
             )
-            why += f": {detail}" if detail != why else ""
+            why += f": {said}" if said != why else ""
             raise PayloadMismatchError(
                 f"task {self.kind!r}: the payload does not fit {name} ({why})"
             ) from None

@@ -388,7 +388,7 @@ def defer_canvas(app: Any, node: Step) -> Any:
             "the app's database is an asyncio one: a canvas is deferred through a blocking Database"
         )
     handles: dict[Ref, TaskHandle[Any]] = {}
-    if all(c.task.db is None for c in plan.calls) and _may_begin(db):
+    if all(c.task.db is None for c in plan.calls) and db.may_begin:
         with db.transaction():
             _push(app, plan, handles)
     else:
@@ -396,12 +396,6 @@ def defer_canvas(app: Any, node: Step) -> Any:
     if listed:
         return TaskGroup([handles[r] for r in exits])
     return handles[exits[0]]
-
-
-def _may_begin(db: Database) -> bool:
-    """Whether the canvas may open its own transaction: not inside the caller's (they do not nest:
-    its jobs are then part of the caller's), nor on a wrapped connection, whose are the caller's."""
-    return bool(db._owned and not db._in_transaction)
 
 
 def _push(app: Any, plan: _Plan, handles: dict[Ref, TaskHandle[Any]]) -> None:
