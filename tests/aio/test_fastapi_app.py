@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 import pyqueue_sql
-from pyqueue_sql import migrate
 from pyqueue_sql.aio.worker import AsyncWorker
 
 from ..helpers import wait_for
@@ -32,9 +31,8 @@ pytestmark = pytest.mark.slow  # a database built for the test
 
 
 @pytest.fixture
-def shop(fresh_database):
-    url = fresh_database("shop")
-    migrate.upgrade(url)
+def shop(installed_database):
+    url = installed_database("shop")
     schema.setup(url)
     return url
 

@@ -1,6 +1,8 @@
-"""`pyqueue-sql rate` and `rates` typed as a user types them (a subprocess each), on both dialects:
-what they print, their exit status, `*` for the whole queue, --remove, --json, and one line on
-stderr for every bad command line or refused value."""
+"""`pyqueue-sql rate` and `rates` typed as a user types them, on both dialects: what they print,
+their exit status, `*` for the whole queue, --remove, --json, and one line on stderr for every bad
+command line or refused value. The first and the last command of a session run as processes; the
+others run in this process (cli.main, as the process does: a process each cost a second or more
+of interpreter start on a loaded machine, and prove nothing more)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import sys
 import uuid
 
 import pytest
+
+from tests.helpers import run_cli
 
 
 def sh(dsn, *argv):
@@ -33,10 +37,10 @@ def one_line(err: str) -> str:
     return lines[0]
 
 
-def test_rate_sets_lists_and_removes(dsn, queue):
+def test_rate_sets_lists_and_removes(dsn, queue, capsys):
     code, out, err = sh(dsn, "rate", queue.name, "mail", 2, 60)
     assert (code, out.strip()) == (0, f"rate of kind mail in {queue.name}: at most 2 per 60s"), err
-    code, out, err = sh(dsn, "rate", queue.name, "*", 10, 3600.5)
+    code, out, err = run_cli(capsys, "rate", queue.name, "*", 10, 3600.5, "--dsn", dsn)
     assert (code, out.strip()) == (
         0,
         f"rate of every kind together in {queue.name}: at most 10 per 3600.5s",
@@ -45,7 +49,7 @@ def test_rate_sets_lists_and_removes(dsn, queue):
         queue.push(key, "mail", {})
     assert len(queue.reserve(n=3)) == 2
 
-    code, out, err = sh(dsn, "rates", queue.name)
+    code, out, err = run_cli(capsys, "rates", queue.name, "--dsn", dsn)
     assert code == 0, err
     header, rule, *rows = out.splitlines()
     assert re.split(r"\s{2,}", header) == ["queue", "kind", "n", "per", "in window", "next free at"]
@@ -56,15 +60,15 @@ def test_rate_sets_lists_and_removes(dsn, queue):
     ]
     assert cells[1][5].endswith(" UTC")
 
-    code, out, err = sh(dsn, "rates", queue.name, "--json")
+    code, out, err = run_cli(capsys, "rates", queue.name, "--json", "--dsn", dsn)
     assert code == 0, err
     whole, mail = [json.loads(line) for line in out.splitlines()]
     assert whole["kind"] is None and (whole["n"], whole["per_s"], whole["in_window"]) == (10, 3600.5, 2)
     assert (mail["kind"], mail["n"], mail["per_s"]) == ("mail", 2, 60.0) and mail["next_free_at"]
 
-    code, out, err = sh(dsn, "rate", queue.name, "mail", "--remove")
+    code, out, err = run_cli(capsys, "rate", queue.name, "mail", "--remove", "--dsn", dsn)
     assert (code, out.strip()) == (0, f"no rate for kind mail in {queue.name}"), err
-    code, out, err = sh(dsn, "rate", queue.name, "*", "--remove")
+    code, out, err = run_cli(capsys, "rate", queue.name, "*", "--remove", "--dsn", dsn)
     assert (code, out.strip()) == (0, f"no rate for every kind together in {queue.name}"), err
     code, out, err = sh(dsn, "rates", queue.name)
     assert (code, out.strip()) == (0, "no rates (set one with `pyqueue-sql rate QUEUE KIND N PER`)"), err
@@ -86,10 +90,10 @@ def test_rate_sets_lists_and_removes(dsn, queue):
         (["{none}", "mail", "2", "60"], 1, "{none}"),
     ],
 )
-def test_a_bad_rate_is_one_line_and_changes_nothing(dsn, queue, argv, status, text):
+def test_a_bad_rate_is_one_line_and_changes_nothing(dsn, queue, capsys, argv, status, text):
     none = f"t.none.{uuid.uuid4().hex[:8]}"
     argv = [a.replace("{q}", queue.name).replace("{none}", none) for a in argv]
-    code, out, err = sh(dsn, "rate", *argv)
+    code, out, err = run_cli(capsys, "rate", *argv, "--dsn", dsn)
     line = one_line(err)
     assert code == status and out == "", (code, out, err)
     assert line.startswith("pyqueue-sql") and text.replace("{none}", none) in line, line

@@ -286,11 +286,12 @@ def test_commit_reserves_racing_on_a_queue_with_limits_rarely_deadlock(dsn, sql,
     slot-taking reads of racing calls lock: committed before the reserve (its row lock taken
     before the slot rows), racing calls deadlocked on most messages. Through the client, which
     runs a deadlocked call again, every message is handed out once and the limit holds."""
+    messages = 150  # (300 proved no more: committing first deadlocked on two messages in three)
     sql("CALL queue_set_limit(%s, 'k', 3)", queue)
     sql(
         "CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)",
         queue,
-        json.dumps([{"p_key": f"m{i}", "p_kind": "k", "payload": {}} for i in range(300)]),
+        json.dumps([{"p_key": f"m{i}", "p_kind": "k", "payload": {}} for i in range(messages)]),
     )
     done: list[str] = []
     retries: list[int] = []
@@ -318,9 +319,9 @@ def test_commit_reserves_racing_on_a_queue_with_limits_rarely_deadlock(dsn, sql,
 
     _in_threads(8, consume, seconds=120)
     assert not failures, failures
-    assert sorted(done) == sorted(f"m{i}" for i in range(300))
+    assert sorted(done) == sorted(f"m{i}" for i in range(messages))
     # committing first, the calls deadlocked about 200 times on 300 messages; after the reserve, a few
-    assert sum(retries) < 75, retries
+    assert sum(retries) < messages // 4, retries
 
 
 @pytest.mark.parametrize("in_transaction", [False, True], ids=["autocommit", "in-transaction"])

@@ -1,23 +1,18 @@
 """The time machine of the test helpers on both dialects: App.run_pending(advance=) runs a job that
 fails, retries after its backoff and succeeds, a snooze, a job deferred for later and a periodic
-task's next occurrence, each without the real wait; the pytest fixture pyqueue_clock moves the
-database's clock for a test of an application (through the plugin, in a pytest of its own)."""
+task's next occurrence, each without the real wait. (The pytest fixture pyqueue_clock, which moves
+the database's clock for a test of an application, is tested through the plugin in the pytest run
+of tests/tasks/test_testing_plugin.py.)"""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from pyqueue_sql import App, InvalidArgumentError, RetryPolicy, Snooze
-
-ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture
@@ -85,48 +80,3 @@ def test_advance_leaves_what_is_due_later_and_runs_a_periodic_tasks_occurrences(
     assert "tomorrow" in ran
     with pytest.raises(InvalidArgumentError, match="advance must be from 0"):
         app.run_pending(advance=-1)
-
-
-PLUGIN_TEST = """
-import datetime as dt
-
-from pyqueue_sql import App, RetryPolicy
-
-app = App(queue="mail")
-attempts = []
-
-
-@app.task(retry=RetryPolicy(base=300, jitter=0))
-def send(to: str) -> None:
-    attempts.append(to)
-    if len(attempts) == 1:
-        raise ConnectionError("the mail server is down")
-
-
-def test_a_retry_five_minutes_later(pyqueue_dsn, pyqueue_clock):
-    app.dsn = pyqueue_dsn
-    app.create_queues()
-    send.defer(to="a@example.com")
-    assert app.run_pending().retried == 1
-    assert app.run_pending().jobs == []  # due in 5 minutes
-    pyqueue_clock.advance(dt.timedelta(minutes=5))
-    assert app.run_pending().succeeded == 1
-    assert pyqueue_clock.advanced == dt.timedelta(minutes=5)
-    app.close()
-"""
-
-
-@pytest.mark.slow  # a pytest run of its own
-def test_the_pyqueue_clock_fixture_moves_a_test_databases_time(server, tmp_path):
-    (tmp_path / "test_clock.py").write_text(PLUGIN_TEST)
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_DSN": server.admin_dsn}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_clock.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 passed" in done.stdout
