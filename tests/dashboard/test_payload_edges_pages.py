@@ -72,9 +72,7 @@ def _get(url: str, path: str, **params: str) -> str:
     return html.unescape(body)
 
 
-def test_every_page_showing_messages_answers_for_payloads_at_the_edges_of_what_the_client_reads(
-    serve, dsn, dialect, queues, monkeypatch
-):
+def test_pages_show_decimal_deep_and_unreadable_payloads(serve, dsn, dialect, queues, monkeypatch):
     source, dead = queues
     conn = dialects.for_dsn(dsn).connect(dsn)
     try:

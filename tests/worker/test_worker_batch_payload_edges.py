@@ -48,7 +48,7 @@ def _payloads(dialect: str) -> dict[str, str]:
     return payloads
 
 
-def test_a_batch_handler_gets_every_job_but_one_no_client_reads_which_fails_alone(dsn, dialect, db):
+def test_an_unreadable_job_fails_alone_and_its_batch_runs(dsn, dialect, db):
     suffix = uuid.uuid4().hex[:10]
     dead = db.queue(f"bedge.dead.{suffix}").create()
     q = db.queue(f"bedge.{suffix}").create(max_attempts=3, dead_letter_queue=dead.name)
@@ -93,7 +93,7 @@ class Parcel:
     n: int
 
 
-def test_a_batch_task_fails_alone_a_payload_no_client_reads_and_one_its_item_type_refuses(dsn, dialect):
+def test_a_batch_task_fails_unreadable_and_unfit_items_alone(dsn, dialect):
     app = App(dsn, queue=f"bedge.{uuid.uuid4().hex[:12]}")
     seen: list[list[int]] = []
 
