@@ -37,6 +37,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import errors
+from ..dialects import UnreadableJSON, dump_json_text
 from ..display import describe_error, format_age, format_duration, redact, redact_dsn, remember_secrets
 from .data import ACTIONS, GRANTED_BY, STALE_AFTER_S, Dashboard, worker_groups
 from .metrics import DashboardCollector, metrics_response
@@ -87,7 +88,7 @@ def _templates() -> Environment:
     env.filters["time"] = lambda t: (
         "-" if t is None else t.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     )
-    env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=False)
+    env.filters["pretty"] = json_shown
     env.filters["pct"] = lambda x: "-" if x is None else f"{100 * x:.1f}%"
     env.globals["url"] = lambda path, **params: (
         path + ("?" + urlencode({k: v for k, v in params.items() if v is not None}) if params else "")
@@ -438,7 +439,7 @@ class DashboardApp:
             )
         if not result.finished:
             return PlainTextResponse("no finished message with this key and kind", status_code=404)
-        body = json.dumps(result.result, ensure_ascii=False).encode()
+        body = json_download(result.result).encode()
         return Response(
             body,
             media_type="application/json",
@@ -454,7 +455,7 @@ class DashboardApp:
         message, _, _ = await run_in_threadpool(self.dashboard.message, queue, key, kind, False)
         if message is None:
             return PlainTextResponse("no live message with this key and kind", status_code=404)
-        body = json.dumps(message.payload, ensure_ascii=False).encode()
+        body = json_download(message.payload).encode()
         return Response(
             body,
             media_type="application/json",
@@ -643,9 +644,32 @@ class _Cut(NamedTuple):
 def _cut(value: object) -> _Cut:
     """A JSON value (a payload, a result, progress) as the page shows it: indented, cut after
     PAYLOAD_SHOWN characters (the whole value is downloaded)."""
-    text = json.dumps(value, indent=2, ensure_ascii=False)
+    text = json_shown(value)
     truncated = len(text) > PAYLOAD_SHOWN
     return _Cut(text[:PAYLOAD_SHOWN] if truncated else text, len(text.encode()), truncated)
+
+
+def json_shown(value: object) -> str:
+    """A stored JSON value (a payload, a result, progress) as a page shows it: indented, as
+    json.dumps writes it. What the client reads beyond json.dumps (dialects.load_json) never fails
+    the page: a Decimal (an integer past int()'s digits, a number past a float's range) and nesting
+    deeper than json.dumps recurses are written on one line by dump_json_text, and JSON no client
+    reads (an UnreadableJSON) as why, then the text the server stores."""
+    if type(value) is UnreadableJSON:
+        return f"(unreadable: {value.reason})\n{value.text}"
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False)
+    except (RecursionError, TypeError):
+        return dump_json_text(value)
+
+
+def json_download(value: object) -> str:
+    """A stored JSON value as a download's JSON text: json.dumps, or dump_json_text for what it
+    does not write (an unreadable value: a JSON string naming why)."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (RecursionError, TypeError):
+        return dump_json_text(value)
 
 
 def _stem(queue: str, key: str, kind: str, fallback: str) -> str:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import errors
-from ..dialects import encode_json
+from ..dialects import UnreadableJSON, encode_json
 from .model import Job, RetryRule, log
 from .steps import Acquire, Handle, RetriedCall, Sleep, StoppedError
 
@@ -105,6 +105,14 @@ def outcomes_of(jobs: Sequence[Job], value: Any) -> list[Any]:
         f"a batch handler returns None or one outcome per job ({len(jobs)}), not {what}"
     )
     return [error] * len(jobs)
+
+
+def _unreadable(job: Job) -> errors.UnreadablePayloadError:
+    """The failure of a job whose payload or headers no client reads (an UnreadableJSON)."""
+    what, value = (
+        ("payload", job.payload) if type(job.payload) is UnreadableJSON else ("headers", job.headers)
+    )
+    return errors.UnreadablePayloadError(f"{what} unreadable: {value.reason}")
 
 
 class Pipe:
@@ -418,6 +426,13 @@ class BatchLanes:
         for job in jobs:
             job.started_at = started
             job.store_result = route.store_result
+        for job in [j for j in jobs if UnreadableJSON in (type(j.payload), type(j.headers))]:
+            # JSON no client reads fails its job alone, unrun (as Dispatch.plan_of fails a plain
+            # handler's); the other jobs of the batch go to the handler
+            jobs.remove(job)
+            yield from self.settle_steps(job, _unreadable(job), 0.0)
+        if not jobs:
+            return
         fn = route.fn
         if inspect.iscoroutinefunction(fn):
 
