@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import inspect
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
@@ -61,6 +62,7 @@ class TaskApp(Protocol):
     this module)."""
 
     tasks: dict[tuple[str, str], Task[Any, Any]]
+    routes: tuple[str, ...]
 
     def database(self) -> Database: ...
 
@@ -138,7 +140,10 @@ class TaskHandle(Generic[R]):
     def _outcome(self, r: Result) -> R:
         where = f"task {self.kind!r} ({self.queue}/{self.key})"
         if r.state == "succeeded":
-            t = None if self.app is None else self.app.tasks.get((self.queue, self.kind))
+            tasks = {} if self.app is None else self.app.tasks
+            t = tasks.get((self.queue, self.kind))
+            if t is None:  # a call routed to another queue (configure(queue=)): its task by kind
+                t = next((x for (_, k), x in tasks.items() if k == self.kind), None)
             hint = Any if t is None else t.hints.get("return", Any)
             try:
                 value: R = None if r.result is None else from_json(r.result, hint)  # type: ignore[assignment]
@@ -322,6 +327,8 @@ def handles_of(app: TaskApp, listed: list[TaskCall[Any]], batches: list[Batch]) 
 @dataclasses.dataclass(frozen=True)
 class TaskOptions:
     key: str | None = None
+    # the queue this call is routed to (configure(queue=)); None: the task's own
+    queue: str | None = None
     run_at: dt.datetime | dt.timedelta | None = None
     priority: int | None = None
     group: str | None = None
@@ -335,6 +342,32 @@ class TaskOptions:
 
 
 EXPIRES_HEADER = "pyqueue.expires_at"
+
+# @app.task(rate_limit=)'s units (Celery's spelling): the window's length in seconds
+RATE_UNITS = {"s": 1, "m": 60, "h": 3600}
+MAX_RATE_LIMIT_N = 10000  # queue_set_rate's bound on n
+
+
+def check_rate_limit(rate_limit: object, kind: str) -> tuple[int, int]:
+    """@app.task(rate_limit=)'s value, checked: "N/s", "N/m" or "N/h" with N a whole number from 1
+    to 10000 (the contract's bound), as (N, the window in seconds); anything else is
+    InvalidArgumentError in one line, when the task is defined."""
+    m = (
+        re.fullmatch(r"\s*([-+]?[0-9]+)\s*/\s*([smh])\s*", rate_limit)
+        if isinstance(rate_limit, str)
+        else None
+    )
+    if m is None:
+        raise errors.InvalidArgumentError(
+            f'task {kind!r}: rate_limit must be "N/s", "N/m" or "N/h" (N jobs a second, a minute or '
+            f"an hour), not {rate_limit!r}"
+        )
+    n = int(m.group(1))
+    if not 1 <= n <= MAX_RATE_LIMIT_N:
+        raise errors.InvalidArgumentError(
+            f"task {kind!r}: rate_limit {rate_limit!r}: N must be from 1 to {MAX_RATE_LIMIT_N}"
+        )
+    return n, RATE_UNITS[m.group(2)]
 
 
 def check_expires(expires: object) -> dt.datetime | dt.timedelta:
@@ -372,6 +405,24 @@ def headers_now(o: TaskOptions) -> Mapping[str, object] | None:
     when = o.expires if isinstance(o.expires, dt.datetime) else dt.datetime.now(dt.timezone.utc) + o.expires
     stamp = when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {**(o.headers or {}), EXPIRES_HEADER: stamp}
+
+
+def _check_route(task: Task[Any, Any], queue: object) -> None:
+    """configure(queue=)'s queue, checked: the task's own, or one of its app's routes, where the
+    app's workers run the task by kind (InvalidArgumentError otherwise, in one line)."""
+    if not isinstance(queue, str) or not queue:
+        raise errors.InvalidArgumentError(f"task {task.kind!r}: queue must be a queue's name, not {queue!r}")
+    if queue == task.queue:
+        return
+    if queue not in task.app.routes:
+        raise errors.InvalidArgumentError(
+            f"task {task.kind!r} cannot be routed to queue {queue!r}: no worker of the app would run it "
+            f"there (its queue is {task.queue!r}; declare the route with App(routes=[{queue!r}]))"
+        )
+    if getattr(task, "batch_fn", None) is not None:  # a BatchTask: its lane serves its own queue
+        raise errors.InvalidArgumentError(
+            f"batch task {task.kind!r} runs on its own queue {task.queue!r}, not on a route"
+        )
 
 
 def _parents_of(handles: Iterable[Any]) -> tuple[dict[str, str | None], ...]:
@@ -505,6 +556,8 @@ class Task(Generic[P, R]):
         self.retry = retry
         self.timeout = timeout
         self.store_result = store_result
+        # @app.task(rate_limit=): (n, window in seconds), set on its queues by app.create_queues()
+        self.rate_limit: tuple[int, int] | None = None
         self.options = options
         self.db = db
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -556,6 +609,7 @@ class Task(Generic[P, R]):
     def configure(
         self,
         *,
+        queue: str | None = None,
         key: str | None = None,
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
@@ -565,7 +619,10 @@ class Task(Generic[P, R]):
         run_on: Literal["success", "failure", "always"] | None = None,
         expires: dt.datetime | dt.timedelta | float | None = None,
     ) -> Task[P, R]:
-        """A copy of the task for one defer: a key of your choosing (a unique job: a live message
+        """A copy of the task for one defer (or for the calls of defer_many). queue: routes the
+        call to that queue (Celery's ``apply_async(queue=...)``): the task's own queue or one of the
+        app's ``App(routes=...)``, where the app's workers run every task by its kind; any other is
+        InvalidArgumentError here, not a job no worker runs. A key of your choosing (a unique job: a live message
         with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
         a FIFO group, headers (a dict of str to JSON values the job carries beside its arguments:
         current_job().headers in the task; the current trace context is added to them when
@@ -576,8 +633,8 @@ class Task(Generic[P, R]):
         until every parent has succeeded (queue_push_after), and is cancelled when one fails or is
         cancelled. Its queue and the parents' must keep results. With run_at it runs at the later
         of run_at and its parents' end; priority, headers and expires apply as without parents; a
-        group does not combine with it (InvalidArgumentError), nor is it deferred in bulk
-        (defer_many).
+        group does not combine with it (InvalidArgumentError). Calls with after= are deferred in
+        bulk too: defer_many sends them in one queue_push_after_batch per queue.
 
         run_on (with after=): "success" (the default) as above; "failure", a failure callback
         (Celery's link_error): it runs once, when a parent fails for good (dead-lettered, dropped
@@ -593,9 +650,13 @@ class Task(Generic[P, R]):
             check_run_on(run_on)
         if expires is not None:
             expires = check_expires(expires)
+        if queue is not None:
+            _check_route(self, queue)
         o = self.options
         return self._copy(
+            queue=self.queue if queue is None else queue,
             options=TaskOptions(
+                queue=o.queue if queue is None else queue,
                 key=o.key if key is None else key,
                 run_at=o.run_at if run_at is None else run_at,
                 priority=o.priority if priority is None else priority,
@@ -604,7 +665,7 @@ class Task(Generic[P, R]):
                 after=o.after if after is None else _parents_of(after),
                 run_on=o.run_on if run_on is None else run_on,
                 expires=o.expires if expires is None else expires,
-            )
+            ),
         )
 
     def using(self, db: Database | AsyncDatabase) -> Task[P, R]:
@@ -828,7 +889,7 @@ def _own(task: Task[Any, Any], calls: Iterable[TaskCall[Any]]) -> list[TaskCall[
     merged: dict[int, Task[Any, Any]] = {}  # one copy per distinct task of the calls
     out = []
     for c in listed:
-        if isinstance(c, TaskCall) and (c.task.queue, c.task.kind) != (task.queue, task.kind):
+        if isinstance(c, TaskCall) and (c.task.kind, c.task.fn) != (task.kind, task.fn):
             raise errors.InvalidArgumentError(
                 f"task {task.kind!r}: a call of task {c.task.kind!r} (use app.defer_many for several tasks)"
             )
@@ -850,4 +911,8 @@ def _merged(task: Task[P, R], outer: Task[Any, Any]) -> Task[P, R]:
             for f in dataclasses.fields(TaskOptions)
         }
     )
-    return task._copy(options=options, db=task.db if task.db is not None else outer.db)
+    return task._copy(
+        options=options,
+        db=task.db if task.db is not None else outer.db,
+        queue=options.queue if options.queue is not None else task.queue,
+    )
