@@ -107,9 +107,25 @@ class TaskHandle(Generic[R]):
         """The job's state now (Queue.result): 'ready', 'delayed', 'reserved', 'blocked',
         'waiting' (deferred with after=: its parents have not all succeeded) while it is live;
         'succeeded', 'failed', 'cancelled' once it finished (on a queue that keeps results);
+        'dead' when the queue keeps no result of it but its message is in the queue's dead-letter
+        queue (dead-lettered from this queue; its last_error is the dead letter's);
         'unknown' otherwise."""
         state: Result = self._queue().result(self.key, self.kind)
-        return state
+        return self._or_dead(state)
+
+    def _or_dead(self, state: Result) -> Result:
+        """state, or when it is 'unknown' and the job's message is a dead letter of its queue (in
+        the queue's dead-letter queue, dead-lettered from it), the 'dead' Result of it."""
+        if state.state != "unknown":
+            return state
+        dead_letter_queue = self._queue().settings().dead_letter_queue
+        if dead_letter_queue is None:
+            return state
+        letter = self._app().database().queue(dead_letter_queue).message(self.key, self.kind)
+        if letter is None or letter.dead_from != self.queue:
+            return state
+        # (its attempts start over in the dead-letter queue: not the job's)
+        return Result(self.queue, self.key, self.kind, "dead", last_error=letter.last_error)
 
     def progress(self) -> JSONValue:
         """The last progress its handler reported (job.set_progress), None before any."""
@@ -129,7 +145,7 @@ class TaskHandle(Generic[R]):
         TimeoutError when it has not finished within timeout seconds (None: no end), and
         ResultNotFoundError when there is neither a live job nor a stored result. (The type says R:
         a task that does not store its result gives None whatever it returned.)"""
-        return self._outcome(self._queue().wait_result(self.key, self.kind, timeout))
+        return self._outcome(self._or_dead(self._queue().wait_result(self.key, self.kind, timeout)))
 
     async def result_async(self, timeout: float | dt.timedelta | None = None) -> R:
         """result(), awaited on the app's asyncio database (many handles may wait at once: they
@@ -153,6 +169,10 @@ class TaskHandle(Generic[R]):
         if r.state == "failed":
             raise errors.TaskFailed(
                 f"{where} failed after {r.attempts} attempt(s): {r.last_error}", r.last_error, r.attempts
+            )
+        if r.state == "dead":
+            raise errors.TaskFailed(
+                f"{where} failed and is in the dead-letter queue: {r.last_error}", r.last_error
             )
         if r.state == "cancelled":
             raise errors.TaskCancelled(f"{where} was cancelled")
@@ -203,8 +223,8 @@ class TaskGroup(Generic[R]):
         out: list[Result] = []
         for h in self.handles:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            r: Result = h._queue().wait_result(h.key, h.kind, left)
-            if raise_timeout and not r.finished and r.state != "unknown":
+            r: Result = h._or_dead(h._queue().wait_result(h.key, h.kind, left))
+            if raise_timeout and not r.finished and r.state not in ("unknown", "dead"):
                 raise TimeoutError(
                     f"group of {len(self.handles)}: task {h.kind!r} ({h.queue}/{h.key}) has not finished "
                     f"(state {r.state})"
@@ -218,15 +238,15 @@ class TaskGroup(Generic[R]):
 
     @property
     def state(self) -> str:
-        """'succeeded' when every job succeeded; 'failed' once one failed or is unknown (and none
+        """'succeeded' when every job succeeded; 'failed' once one failed, is dead or unknown (and none
         is live), 'cancelled' when one was cancelled and none failed; 'pending' while one is
         live (ready, delayed, reserved, waiting...)."""
         states = set(self.states())
         if states <= {"succeeded"}:
             return "succeeded"
-        if states & {"succeeded", "failed", "cancelled", "unknown"} != states:
+        if states & {"succeeded", "failed", "cancelled", "unknown", "dead"} != states:
             return "pending"
-        return "failed" if states & {"failed", "unknown"} else "cancelled"
+        return "failed" if states & {"failed", "unknown", "dead"} else "cancelled"
 
     def completed_count(self) -> int:
         """How many jobs succeeded."""

@@ -116,6 +116,26 @@ def test_a_failed_job_raises_its_last_error(app, db):
     assert handle.status().state == "failed"
 
 
+def test_a_dead_lettered_job_on_a_queue_without_results_says_dead(app, db):
+    @app.task
+    def charge(account: str) -> None:
+        raise ValueError(f"no account {account}")
+
+    dead = db.queue(f"{app.default_queue}.dead").create()
+    app.create_queues(max_attempts=1, dead_letter_queue=dead.name)
+    assert db.queue(app.default_queue).settings().result_retention is None
+    handle = charge.defer("x")
+    kept = charge.configure(key="kept").defer("y")
+    app.run_pending()
+    status = handle.status()
+    assert (status.state, status.last_error) == ("dead", "ValueError: no account x")
+    with pytest.raises(TaskFailed, match="in the dead-letter queue: ValueError: no account x"):
+        handle.result(timeout=1)
+    assert app.group([handle, kept]).state == "failed"
+    dead.remove("kept", "charge")  # gone from the dead-letter queue too: nothing says what it was
+    assert kept.status().state == "unknown"
+
+
 def test_a_queued_job_cancelled_never_runs(app):
     ran = []
 
