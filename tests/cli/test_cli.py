@@ -103,6 +103,18 @@ def test_migrate_says_what_it_applied(capsys, fresh_database):
     assert out.splitlines()[0] == f"already at {migrate.head()}"
 
 
+def test_migrate_check_on_an_empty_database_says_so_in_one_line(capsys, fresh_database):
+    target = fresh_database()
+    code, out, err = run_cli(capsys, "migrate", "--check", "--dsn", target)
+    assert code == 1
+    assert out == ""
+    assert (
+        err
+        == "pyqueue-sql: pyqueue-sql is not installed here (no revision recorded): run `pyqueue-sql migrate`\n"
+    )
+    assert migrate.current(target) == ()  # the schema's revisions, for a program: none here
+
+
 def test_migrate_help_names_no_revision(capsys):
     """The help says what migrate prints without naming a revision, which would go stale."""
     with pytest.raises(SystemExit):
