@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from .. import errors
-from ..client import Database, ParentResult, connect
+from ..client import Database, ParentResult, Result, connect
 from ..errors import UnknownTaskError
 from ..timetravel import advance_clock, seconds_of, settle_schedules
 from ..worker.model import Job
@@ -378,6 +378,30 @@ class App:
                     queue.set_rate(t.kind, t.rate_limit[0], t.rate_limit[1])
         return self.schedule_periodic(db) if self.periodic_tasks else []
 
+    def results(
+        self,
+        queue: str | None = None,
+        *,
+        kind: str | None = None,
+        state: str | None = None,
+        n: int | None = None,
+        before: dt.datetime | dt.timedelta | None = None,
+    ) -> list[Result]:
+        """The finished jobs kept on the app's queues (or on `queue`), newest first (Queue.results,
+        queue_results, on each): up to n (None: 100) of them, of one kind and one state
+        ('succeeded', 'failed', 'cancelled') when given, finished before `before` (None: now; the
+        next page: the last one's finished_at). Only a queue that keeps results has any
+        (result_retention). ``task.results(...)`` lists one task's."""
+        limit = 100 if n is None else n
+        db: Any = self.database()
+        found: list[Result] = []
+        for q in [queue] if queue is not None else self.queues():
+            found += db.queue(q).results(kind=kind, state=state, n=limit, before=before)
+        found.sort(
+            key=lambda r: r.finished_at or dt.datetime.min.replace(tzinfo=dt.timezone.utc), reverse=True
+        )
+        return found[:limit]
+
     def handle(self, queue: str, key: str, kind: str) -> TaskHandle[Any]:
         """A handle on the job (queue, key, kind), e.g. from a key kept elsewhere: its status,
         result, progress, cancel. (Its ``enqueued`` is False: the handle does not know.)"""
@@ -489,20 +513,6 @@ class App:
                 values.append(r.result)
         return values
 
-    def _unknown_kind(self, queue: str) -> Callable[[Job], Any]:
-        known = sorted(
-            {k for q, k in self.tasks if q == queue}
-            | set(routed_tasks(self, queue) if queue in self.routes else ())
-        )
-
-        def unknown(job: Job) -> None:
-            raise UnknownTaskError(
-                f"no task of this app has kind {job.kind!r} on queue {queue!r} (its tasks there: "
-                f"{', '.join(known)})"
-            )
-
-        return unknown
-
     def worker(
         self, *, queues: Sequence[str] | None = None, dsn: str | None = None, **settings: Any
     ) -> Worker | AsyncWorker:
@@ -562,7 +572,7 @@ class App:
                 every_kind=sum(q == bt.queue for q, _ in self.tasks) == 1,
             )
         for q in sorted(wanted - {bt.queue for bt in batched}):  # (a catch-all would take a batch kind)
-            worker.add_handler(q, self._unknown_kind(q))
+            worker.add_handler(q, _unknown_kind(self, q))
         worker.on_thread_end.append(self.close)  # the connections its tasks opened on a thread
         return worker
 
@@ -616,6 +626,20 @@ class App:
                 await asyncio.to_thread(worker.run, install_signals=False)
             if len(report.jobs) == ran or not await asyncio.to_thread(_ready_after_pass, self, worker, True):
                 return report
+
+
+def _unknown_kind(app: App, queue: str) -> Callable[[Job], Any]:
+    known = sorted(
+        {k for q, k in app.tasks if q == queue} | set(routed_tasks(app, queue) if queue in app.routes else ())
+    )
+
+    def unknown(job: Job) -> None:
+        raise UnknownTaskError(
+            f"no task of this app has kind {job.kind!r} on queue {queue!r} (its tasks there: "
+            f"{', '.join(known)})"
+        )
+
+    return unknown
 
 
 def routed_tasks(app: App, queue: str) -> dict[str, Task[Any, Any]]:

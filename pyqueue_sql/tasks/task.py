@@ -72,6 +72,16 @@ class TaskApp(Protocol):
 
     def parent_results_of(self, job: Job, task: Task[Any, Any]) -> list[Any]: ...
 
+    def results(
+        self,
+        queue: str | None = None,
+        *,
+        kind: str | None = None,
+        state: str | None = None,
+        n: int | None = None,
+        before: dt.datetime | dt.timedelta | None = None,
+    ) -> list[Result]: ...
+
     async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
 
 
@@ -278,7 +288,7 @@ class TaskCall(Generic[R]):
         o = self.task.options
         key = o.key if o.key is not None else new_key()
         if o.after is not None or o.run_on is not None:
-            _, push_after = self.task._after_push(key, self.payload)  # (refused in one line as defer's)
+            _, push_after = _after_push(self.task, key, self.payload)  # (refused in one line as defer's)
             return key, push_after
         headers = headers_now(o)
         if o.run_at is None and o.priority is None and o.group is None and headers is None:
@@ -753,6 +763,18 @@ class Task(Generic[P, R]):
             kwargs[occurrence[0]] = at if occurrence[1] == "datetime" else int(at.timestamp())
         return kwargs
 
+    def results(
+        self,
+        *,
+        state: str | None = None,
+        n: int | None = None,
+        before: dt.datetime | dt.timedelta | None = None,
+    ) -> list[Result]:
+        """The finished jobs of this task kept on its queue, newest first (app.results of its
+        queue and kind: up to n, None 100; of one state when given; finished before `before`)."""
+        found: list[Result] = self.app.results(self.queue, kind=self.kind, state=state, n=n, before=before)
+        return found
+
     # -- inside a child (after=) ---------------------------------------------------------
     @overload
     def parent_results(self: Task[P, collections.abc.Coroutine[Any, Any, T]]) -> list[T]: ...
@@ -791,7 +813,7 @@ class Task(Generic[P, R]):
         key = self.options.key if self.options.key is not None else new_key()
         o = self.options
         if o.after is not None or o.run_on is not None:
-            return self._after_push(key, self.payload(*args, **kwargs))
+            return _after_push(self, key, self.payload(*args, **kwargs))
         push: dict[str, Any] = dict(
             key=key,
             kind=self.kind,
@@ -804,29 +826,6 @@ class Task(Generic[P, R]):
         if headers is not None:
             push["headers"] = headers
         return key, push
-
-    def _after_push(self, key: str, payload: dict[str, JSONValue]) -> tuple[str, dict[str, Any]]:
-        """The arguments of Queue.push_after (one item of push_after_many) of a job configured
-        with after=: its parents, run_on, run_at (due at the later of it and its parents' end),
-        priority and headers (an expiry among them); a group, or run_on without after=, refused."""
-        o = self.options
-        if o.after is None:
-            raise errors.InvalidArgumentError(
-                f"task {self.kind!r}: run_on= says when a job with parents runs: give after="
-            )
-        if o.group is not None:
-            raise errors.InvalidArgumentError(
-                f"task {self.kind!r}: after= cannot be combined with group "
-                "(a job that waits for its parents is in no FIFO group)"
-            )
-        push_after: dict[str, Any] = dict(key=key, kind=self.kind, payload=payload, parents=o.after)
-        if o.run_on not in (None, "success"):
-            push_after["run_on"] = o.run_on
-        headers = headers_now(o)
-        for name, value in (("run_at", o.run_at), ("priority", o.priority), ("headers", headers)):
-            if value is not None:
-                push_after[name] = value
-        return key, push_after
 
     # A handle's type is what the task's function returns, awaited for an async def.
     @overload
@@ -891,6 +890,30 @@ class Task(Generic[P, R]):
         """defer_many on an asyncio database."""
         listed = _own(self, calls)
         return await self.app.defer_many_async(listed)
+
+
+def _after_push(task: Task[Any, Any], key: str, payload: dict[str, JSONValue]) -> tuple[str, dict[str, Any]]:
+    """The arguments of Queue.push_after (one item of push_after_many) of a job configured
+    with after=: its parents, run_on, run_at (due at the later of it and its parents' end),
+    priority and headers (an expiry among them); a group, or run_on without after=, refused."""
+    o = task.options
+    if o.after is None:
+        raise errors.InvalidArgumentError(
+            f"task {task.kind!r}: run_on= says when a job with parents runs: give after="
+        )
+    if o.group is not None:
+        raise errors.InvalidArgumentError(
+            f"task {task.kind!r}: after= cannot be combined with group "
+            "(a job that waits for its parents is in no FIFO group)"
+        )
+    push_after: dict[str, Any] = dict(key=key, kind=task.kind, payload=payload, parents=o.after)
+    if o.run_on not in (None, "success"):
+        push_after["run_on"] = o.run_on
+    headers = headers_now(o)
+    for name, value in (("run_at", o.run_at), ("priority", o.priority), ("headers", headers)):
+        if value is not None:
+            push_after[name] = value
+    return key, push_after
 
 
 def _own(task: Task[Any, Any], calls: Iterable[TaskCall[Any]]) -> list[TaskCall[Any]]:

@@ -136,6 +136,36 @@ def test_a_dead_lettered_job_on_a_queue_without_results_says_dead(app, db):
     assert kept.status().state == "unknown"
 
 
+def test_app_and_task_results_list_the_finished_jobs_newest_first(app):
+    @app.task(store_result=True)
+    def double(n: int) -> int:
+        if n < 0:
+            raise ValueError("negative")
+        return 2 * n
+
+    @app.task(queue=f"{app.default_queue}.other", store_result=True)
+    def name() -> str:
+        return "x"
+
+    app.create_queues(max_attempts=1)
+    for n in (1, -1, 3):
+        double.defer(n)
+    name.defer()
+    app.run_pending()
+    mine = double.results()
+    assert sorted((r.state, r.result or 0) for r in mine) == [
+        ("failed", 0),
+        ("succeeded", 2),
+        ("succeeded", 6),
+    ]
+    assert [r.finished_at for r in mine] == sorted((r.finished_at for r in mine), reverse=True)
+    assert [r.state for r in double.results(state="failed")] == ["failed"]
+    assert {r.kind for r in app.results()} == {"double", "name"} and len(app.results()) == 4
+    assert [r.kind for r in app.results(f"{app.default_queue}.other")] == ["name"]
+    earlier = [r for r in mine if r.finished_at < mine[0].finished_at]
+    assert len(double.results(before=mine[0].finished_at)) == len(earlier)
+
+
 def test_a_queued_job_cancelled_never_runs(app):
     ran = []
 
