@@ -42,6 +42,28 @@ def test_create_push_reserve_commit_stats(capsys, dsn):
     assert row[1:5] == ["0", "0", "0", "0"]  # committed: nothing left
 
 
+def test_stats_takes_several_queues_and_says_what_left_each_in_the_last_minute(capsys, dsn, db):
+    kept, plain, other = (f"st.{uuid.uuid4().hex[:8]}" for _ in range(3))
+    db.queue(kept).create(history_retention=3600)
+    db.queue(plain).create()
+    db.queue(other).create()
+    for name in (kept, plain):
+        for n in range(3):
+            db.queue(name).push(f"k{n}", "job", {})
+        for r in db.queue(name).reserve(n=3):
+            db.queue(name).commit(r)
+    code, out, err = run_cli(capsys, "stats", kept, plain, "--dsn", dsn)
+    assert code == 0, err
+    header, _, *rows = out.splitlines()
+    assert header.split()[-2:] == ["last", "minute"]
+    assert [(r.split()[0], r.split()[-1]) for r in rows] == [(kept, "3"), (plain, "-")]  # not `other`
+    code, out, err = run_cli(capsys, "stats", plain, kept, "--json", "--dsn", dsn)
+    assert [(o["queue"], o["last_minute"]) for o in map(json.loads, out.splitlines())] == [
+        (plain, None),
+        (kept, 3),
+    ]
+
+
 def test_user_errors_are_one_line_and_non_zero(capsys, dsn):
     code, _, err = run_cli(capsys, "push", "no-such-queue", "k", "kind", "{}", "--dsn", dsn)
     assert code == 1 and "does not exist" in err and "Traceback" not in err
