@@ -131,7 +131,7 @@ class TaskHandle(Generic[R]):
         dead_letter_queue = self._queue().settings().dead_letter_queue
         if dead_letter_queue is None:
             return state
-        letter = self._app().database().queue(dead_letter_queue).message(self.key, self.kind)
+        letter: Any = self._app().database().queue(dead_letter_queue).message(self.key, self.kind)
         if letter is None or letter.dead_from != self.queue:
             return state
         # (its attempts start over in the dead-letter queue: not the job's)

@@ -118,6 +118,7 @@ BAD = [
     ("cancel", ["{none}", "k", "x", "--dsn", "{dsn}"]),
     ("cancel", ["{q}", "k", "", "--dsn", "{dsn}"]),
     ("cancel", ["{q}", "k" * 300, "x", "--dsn", "{dsn}"]),
+    ("worker", ["tests.tasks.sample_app:app", "--retry-base", "600", "--dsn", "{dsn}"]),
     ("results", ["{none}", "--dsn", "{dsn}"]),
     ("results", ["{q}", "-n", "0", "--dsn", "{dsn}"]),
     ("results", ["{q}", "--state", "lost", "--dsn", "{dsn}"]),
