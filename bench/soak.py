@@ -34,7 +34,7 @@ from bench import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("ok", "batch", "delayed", "slow", "flaky", "poison")
-MAX_ATTEMPTS, LEASE, CONCURRENCY, RELEASE_DEAD_AFTER, SHUTDOWN_TIMEOUT = 5, 6.0, 4, 15.0, 10.0
+MAX_ATTEMPTS, LEASE, CONCURRENCY, RELEASE_DEAD_AFTER, SHUTDOWN_TIMEOUT = 5, 6.0, 4, 30.0, 10.0
 KILL_EVERY, SAMPLE_EVERY, DRAIN_TIMEOUT = (2.0, 6.0), 10.0, 180.0  # s: between kills, samples; the drain
 TABLES = ("pyqueue_message", "pyqueue_history", "pyqueue_worker", "pyqueue_notify", "pyqueue_queue")
 now = time.monotonic
@@ -299,25 +299,6 @@ class Probe:
                 out[name]["rows"] = int(self.rows(f"SELECT count(*) FROM {name}")[0][0])
         return out
 
-    def inject(self, what: str) -> str | None:
-        """Breaks the invariants on purpose (--inject), to show that the accounting notices."""
-        if what == "loss":
-            sql = "SELECT p_key, p_kind FROM pyqueue_message WHERE queue_name = %s AND reserve_token IS NULL "
-            rows = self.rows(sql + "AND p_kind <> 'poison' ORDER BY scheduled_at DESC LIMIT 1", (self.queue,))
-            if rows:
-                sql = "DELETE FROM pyqueue_message WHERE queue_name = %s AND p_key = %s AND p_kind = %s"
-                self.rows(sql, (self.queue, *rows[0]))
-                return f"deleted live message {rows[0][0]}"
-            return None
-        sql = "SELECT id, p_key FROM pyqueue_history WHERE queue_name = %s AND outcome = 'committed' "
-        rows = self.rows(sql + "ORDER BY id DESC LIMIT 1", (self.queue,))
-        if not rows:
-            return None
-        cols = "queue_name, p_key, p_kind, payload, priority, created_at, attempts, processed_at, outcome, to_queue, reserved_by"
-        copy = f"INSERT INTO pyqueue_history ({cols}) SELECT {cols} FROM pyqueue_history WHERE id = %s"
-        self.rows(copy, (rows[0][0],))
-        return f"second committed history row for {rows[0][1]}"
-
     def vacuum(self) -> float:
         started = now()
         for name in TABLES:
@@ -409,7 +390,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         samples, kills, vacuums = [], [], []
         next_kill = now() + rng.uniform(*KILL_EVERY)
         last_sample, last_check, prev = -1e9, 0.0, (0, None)
-        phase, drain_started, drained_at, injected = "load", None, None, None
+        phase, drain_started, drained_at = "load", None, None
 
         def sample() -> dict:
             nonlocal prev
@@ -441,9 +422,6 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
                 phase, drain_started = "drain", tnow
                 fleet.start_all()
                 print(f"[{dialect}] load phase over; draining", flush=True)
-            if args.inject and not injected and tnow - load_start >= load_s / 2:
-                injected = result["injected"] = probe.inject(args.inject)
-                print(f"[{dialect}] injected {args.inject}: {injected}", flush=True)
             if phase == "load" and tnow >= next_kill:
                 if k := fleet.chaos_once(rng):
                     kills.append(k)
@@ -692,8 +670,6 @@ def main(argv: list[str] | None = None) -> int:
         ("--keep", False, "keep the database and the work files (worker logs, keys)"),
         ("--dialect", ("both", "postgresql", "mysql"), ""),
     )
-    inject = "break the accounting on purpose: the run must FAIL"
-    p.add_argument("--inject", choices=("loss", "double-commit"), help=inject)
     args = p.parse_args(argv)
     if args.workers < 2:
         p.error("--workers must be at least 2 (slot 0 is never killed)")

@@ -3,7 +3,6 @@ builds it, and its server sessions, variants alternated (bare_loop: the floor). 
 
     python -m bench worker-cpu                        # 5 rounds of 20,000 jobs per variant
     python -m bench worker-cpu --quick                # 1 round of 2,000
-    python -m bench worker-cpu --rounds 1 --profile 40
     python -m bench worker-cpu --rounds 3 --variant bare
     python -m bench worker-cpu --rounds 3 --variant asyncio   # AsyncWorker, an async def no-op
 """
@@ -11,7 +10,6 @@ builds it, and its server sessions, variants alternated (bare_loop: the floor). 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
 import queue
@@ -84,7 +82,7 @@ def bare_loop(dsn: str, jobs: int, ended) -> None:
         ended()
 
 
-def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | None = None) -> dict:
+def drain(dsn: str, jobs: int, settings: dict | str | None = None) -> dict:
     """One Worker, built as cmd_worker builds it, drains the backlog (settings "bare": bare_loop;
     "asyncio": an AsyncWorker with an async def no-op handler, its defaults otherwise)."""
     if settings == "asyncio":
@@ -107,11 +105,6 @@ def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | Non
                 worker.stop()
                 return
 
-    if profile:
-        import yappi
-
-        yappi.set_clock_type("cpu")
-        yappi.start()
     cpu0, t0 = common.own_cpu(), time.perf_counter()
     if settings == "bare":
         bare_loop(dsn, jobs, lambda: seen.update(after=common.sessions_cpu(cur)))
@@ -124,8 +117,6 @@ def drain(dsn: str, jobs: int, profile: bool = False, settings: dict | str | Non
         else:
             worker.run(install_signals=False)
     cpu1, t1 = common.own_cpu(), time.perf_counter()
-    if profile:
-        yappi.stop()
     counter.close()
     server = sum(v - seen["before"].get(pid, 0.0) for pid, v in seen.get("after", {}).items())
     out = dict(jobs=jobs, seconds=t1 - t0, rate=jobs / (t1 - t0), cpu_us_per_job=(cpu1 - cpu0) / jobs * 1e6)
@@ -137,8 +128,6 @@ def main() -> None:
         __doc__,
         ("--rounds", 5, "rounds; each drains once per variant, the order rotating"),
         ("--jobs", 20000, "no-op jobs per drain"),
-        ("--profile", 0, "then one drain under yappi: the N functions with the most own CPU"),
-        ("--profile-variant", "as installed", "the variant of the --profile drain"),
         ("--quick", False, "1 round of 2,000 jobs; writes to bench/results/"),
         ("--out", None, "directory of worker-cpu.md/.json (default bench/latest, --quick bench/results)"),
     )
@@ -164,7 +153,7 @@ def main() -> None:
     meta = dict(command=common.command(), started=common.now_utc(), load_before=common.loadavg())
     meta |= dict(rounds=args.rounds, jobs=args.jobs)
     meta["tracing"] = f"opentelemetry-api {'importable' if traced else 'not installed'}"
-    serial, top = 0, []
+    serial = 0
     with common.database("postgresql", "workercpu", QUEUE) as dsn:
         for rnd in range(args.rounds):
             for variant in common.rotated(settings_of, rnd):
@@ -181,17 +170,6 @@ def main() -> None:
                     f"server sessions {r['server_cpu_us_per_job']:.1f}, {r['rate']:,.0f} jobs/s",
                     flush=True,
                 )
-        if args.profile:
-            common.push_jobs(dsn, args.jobs, QUEUE, serial)
-            drain(dsn, args.jobs, profile=True, settings=settings_of[args.profile_variant] or None)
-            import yappi
-
-            stats = yappi.get_func_stats()
-            stats.sort("tsub", "desc")
-            for f in itertools.islice(stats, args.profile):
-                where = f"{f.module.replace(os.path.dirname(HERE) + '/', '')}:{f.lineno} {f.name}"
-                per_job = f"{f.tsub / args.jobs * 1e6:.2f} | {f.ttot / args.jobs * 1e6:.2f}"
-                top.append(f"| {where} | {f.ncall:,} | {per_job} |")
     meta["load_after"] = common.loadavg()
     rows = []
     for variant in settings_of:
@@ -209,11 +187,8 @@ def main() -> None:
         *common.table(["variant", "worker CPU µs/job", "its server sessions µs/job", "jobs/s"], rows, "lrrr"),
         "",
     ]
-    if top:
-        md += ["One more drain under yappi (CPU clock; yappi multiplies every figure, read the order):", ""]
-        md += ["| function | calls | own µs/job | total µs/job |", "| --- | ---: | ---: | ---: |", *top, ""]
     out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
-    data = {"meta": meta, "results": results, "profile": top}
+    data = {"meta": meta, "results": results}
     common.write(out, "worker-cpu", "\n".join(md), data, "worker-cpu: ")
 
 

@@ -21,7 +21,21 @@ from . import logsafe as logsafe  # escapes the records of the package's loggers
 # tests/unit/test_lazy_imports.py checks every name resolves and what stays unloaded.
 _LAZY: dict[str, str] = {
     **dict.fromkeys(
-        ("App", "RunReport", "Task", "TaskGroup", "TaskHandle", "current_job", "running_job"), "tasks"
+        (
+            "App",
+            "RunReport",
+            "Signature",
+            "Task",
+            "TaskGroup",
+            "TaskHandle",
+            "chain",
+            "chord",
+            "current_job",
+            "group",
+            "running_job",
+            "signature",
+        ),
+        "tasks",
     ),
     **dict.fromkeys(("Job", "RetryPolicy", "Worker"), "worker"),
     **dict.fromkeys(
@@ -49,6 +63,7 @@ _LAZY: dict[str, str] = {
         (
             "Cancelled",
             "ConnectionFailedError",
+            "ConnectionLostError",
             "DriverNotInstalledError",
             "GiveUp",
             "InsecureSchemaError",
@@ -66,6 +81,7 @@ _LAZY: dict[str, str] = {
             "TaskFailed",
             "UnknownQueueError",
             "UnknownTaskError",
+            "UnreadablePayloadError",
             "UnsupportedDsnError",
         ),
         "errors",
@@ -110,6 +126,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the names as if importe
     from .errors import (
         Cancelled,
         ConnectionFailedError,
+        ConnectionLostError,
         DriverNotInstalledError,
         GiveUp,
         InsecureSchemaError,
@@ -127,9 +144,23 @@ if TYPE_CHECKING:  # what type checkers and editors see: the names as if importe
         TaskFailed,
         UnknownQueueError,
         UnknownTaskError,
+        UnreadablePayloadError,
         UnsupportedDsnError,
     )
-    from .tasks import App, RunReport, Task, TaskGroup, TaskHandle, current_job, running_job
+    from .tasks import (
+        App,
+        RunReport,
+        Signature,
+        Task,
+        TaskGroup,
+        TaskHandle,
+        chain,
+        chord,
+        current_job,
+        group,
+        running_job,
+        signature,
+    )
     from .worker import Job, RetryPolicy, Worker
 
 __all__ = [
@@ -141,6 +172,12 @@ __all__ = [
     "RunReport",
     "current_job",
     "running_job",
+    # Celery's canvas: task.s(...) signatures deferred one after another, side by side, or both
+    "Signature",
+    "signature",
+    "chain",
+    "group",
+    "chord",
     # The client: a database, its queues
     "connect",
     "Database",
@@ -170,6 +207,7 @@ __all__ = [
     # Errors
     "QueueError",
     "ConnectionFailedError",
+    "ConnectionLostError",
     "UnsupportedDsnError",
     "DriverNotInstalledError",
     "SchemaNotInstalledError",
@@ -181,6 +219,7 @@ __all__ = [
     "SerializationError",
     "UnknownTaskError",
     "PayloadMismatchError",
+    "UnreadablePayloadError",
     "TaskFailed",
     "TaskCancelled",
     "ResultNotFoundError",

@@ -109,6 +109,7 @@ from .sansio import (
     SERIALIZATION_BACKOFF_MAX_S,
     SERIALIZATION_BACKOFF_S,
     Call,
+    ConnectionLoss,
     OwnTransaction,
     Pause,
     SansIO,
@@ -206,6 +207,7 @@ RESULT_WAIT_SLICE = 1.0
 
 
 class DatabaseCalls(
+    ConnectionLoss,
     QueuesDatabaseCalls,
     TopicsDatabaseCalls,
     BrowseDatabaseCalls,
@@ -222,8 +224,11 @@ class DatabaseCalls(
         *,
         owned: bool,
         source: Callable[[], Any] | None = None,
+        dsn: str | None = None,
     ) -> None:
         self._connection = connection
+        self._dsn = dsn  # connect()'s: the call after a lost connection opens a new one
+        self._lost = False  # a call lost the connection (a driver may still think it open)
         # A wrapped SQLAlchemy object: returns the driver connection of its current transaction
         # (a coroutine function for the asyncio client's).
         self._source = source
@@ -236,9 +241,10 @@ class DatabaseCalls(
         self._result_listens: dict[str, int] = {}
         self._result_channels: dict[str, str] = {}  # queue -> its result channel
 
-    @property
-    def _runner(self) -> Any:
-        return self
+    _runner = property(lambda self: self)
+
+    # Whether transaction() may begin now: a connection of connect()'s, no transaction open.
+    may_begin = property(lambda self: self._owned and not self._in_transaction)
 
     def _may_begin(self) -> None:
         """Refuses a transaction() on a wrapped connection, or inside another one."""
@@ -287,9 +293,8 @@ class DatabaseCalls(
         raise AssertionError("unreachable")
 
     def _transaction_steps(self, body: SansIO) -> SansIO:
-        """body in a transaction of the client's own: committed when it ends, rolled back when it
-        raises. (MySQL's commit, rollback, fail, move... take one each: their history row and
-        the removal then stand or fall together.)"""
+        """body in a transaction of the client's own: committed when it ends, rolled back when it raises
+        (MySQL's commit, rollback, fail, move... take one each: history row and removal as one)."""
         yield Step.BEGIN
         self._in_transaction = True
         try:
@@ -354,7 +359,25 @@ class Database(DatabaseCalls):
                 reply, error = None, exc
 
     def _do(self, step: Call | OwnTransaction | Step | Pause) -> Any:
-        d, connection = self.dialect, self.connection
+        if isinstance(step, Pause):
+            return time.sleep(step.seconds)
+        if self._skips(step):
+            return None
+        if self._reopens():
+            self._reopen()
+        connection = self.connection
+        try:
+            return self._run_step(step, connection)
+        except Exception as exc:
+            raise self._lost_or(step, exc, connection)  # noqa: B904 - its cause is set
+
+    def _reopen(self) -> None:
+        with contextlib.suppress(Exception):
+            self._connection.close()
+        self._reopened(self.dialect.connect(self._dsn))
+
+    def _run_step(self, step: Call | OwnTransaction | Step, connection: dialects.Connection) -> Any:
+        d = self.dialect
         if isinstance(step, Call):
             return (d.run_sets if step.all_sets else d.run)(connection, step.statement, step.params)
         if isinstance(step, OwnTransaction):
@@ -364,10 +387,7 @@ class Database(DatabaseCalls):
             return d.begin(connection)
         if step is Step.COMMIT:
             return d.end_transaction(connection, commit=True)
-        if step is Step.ROLLBACK:
-            return d.rollback(connection)
-        time.sleep(step.seconds)
-        return None
+        return d.rollback(connection)
 
     # -- waiting for results (Queue.wait_result) ----------------------------------------
     def _listens_for_results(self) -> bool:
@@ -409,7 +429,10 @@ class Database(DatabaseCalls):
         key_text, kind_text = key_value(key), text_value(kind, "kind")
         if not self._listens_for_results():
             return long_poll_result(queue, key, kind, deadline, time.monotonic)
-        channel = self._listen_results(queue)
+        try:  # (the LISTEN and the notifications: a lost connection there changed nothing)
+            channel = self._listen_results(queue)
+        except Exception as exc:
+            raise self._lost_or(Step.ROLLBACK, exc, self.connection)  # noqa: B904 - its cause is set
         try:
             while True:
                 r = queue.result(key, kind)
@@ -417,6 +440,8 @@ class Database(DatabaseCalls):
                 if r.finished or r.state == "unknown" or left <= 0:
                     return r
                 self._await_result_note(channel, str(key_text), str(kind_text), min(left, poll))
+        except Exception as exc:
+            raise self._lost_or(Step.ROLLBACK, exc, self.connection)  # noqa: B904 - its cause is set
         finally:
             self._unlisten_results(channel)
 
@@ -492,7 +517,7 @@ def long_poll_result(
 def connect(dsn: str) -> Database:
     """Opens a connection; the DSN's scheme picks the dialect (postgresql:// or mysql://)."""
     dialect = dialects.for_dsn(dsn)
-    return Database(dialect.connect(dsn), dialect, owned=True)
+    return Database(dialect.connect(dsn), dialect, owned=True, dsn=dsn)
 
 
 def is_sqlalchemy(obj: object) -> bool:

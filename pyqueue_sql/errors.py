@@ -122,6 +122,24 @@ class ConnectionFailedError(QueueError):
         return self.reason == "unreachable"
 
 
+class ConnectionLostError(ConnectionFailedError):
+    """A client call lost its connection to the server (the server was restarted, the session was
+    killed: pg_terminate_backend, KILL CONNECTION; the network dropped), on either dialect, sync or
+    asyncio. ``took_effect`` says what became of the call: False when it certainly did not (the
+    connection was gone before the call was sent, or the call ran inside a transaction that was not
+    committed), None when that cannot be known (the call was sent and no answer came: it may have
+    committed). The driver's exception is ``__cause__``.
+
+    A Database made by ``connect`` opens a new connection at its next call (a transaction of yours
+    that was open is gone: run it again); a wrapped connection (``Database.wrap``) is yours to
+    replace. A ConnectionFailedError whose reason is "unreachable", so code that reconnects on a
+    connection error (a worker) treats it as one."""
+
+    def __init__(self, message: str, took_effect: bool | None = None) -> None:
+        super().__init__(message, "unreachable")
+        self.took_effect = took_effect
+
+
 class SerializationError(QueueError):
     """The server rolled the transaction back to keep it serializable, or to break a deadlock
     (PostgreSQL 40001 serialization_failure / 40P01 deadlock_detected; MySQL 1213 deadlock).
@@ -219,6 +237,13 @@ class PayloadMismatchError(GiveUp, TypeError):
     its annotation, an unknown or a missing argument, a payload that is not a JSON object): the
     job fails at once, without retries (it is a GiveUp), since it cannot succeed later. Also
     raised by defer for an argument that does not fit its annotation."""
+
+
+class UnreadablePayloadError(GiveUp, QueueError):
+    """A message whose stored payload or headers this client could not read (a
+    pyqueue_sql.dialects.UnreadableJSON in its place): the worker fails it at once, without
+    running its handler and without retries (it is a GiveUp), naming why; the other messages reserved
+    with it run."""
 
 
 # -- the worker's own (pyqueue_sql.worker.steps, pyqueue_sql.worker.interrupt) --------------------

@@ -691,7 +691,8 @@ class Drift(NamedTuple):
 def check(target: Target) -> Drift:
     """Compares the database with what this version's migrate installs: the revision, the SQL
     sources of the last migrate, and every routine, table, index, constraint, trigger, view and
-    (PostgreSQL) grant to PUBLIC, each by the digest of its definition recorded by migrate."""
+    (PostgreSQL) grant to PUBLIC, each by the digest of its definition recorded by migrate; then
+    what least privilege forbids whatever was recorded (_exposures)."""
     with _session(target) as (connection, dialect):
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
         heads = tuple(context.get_current_heads())
@@ -739,7 +740,47 @@ def check(target: Target) -> Drift:
                 problems.append(f"{kind} {name} was not installed by migrate")
             elif now[key] != recorded[key]:
                 problems.append(f"{kind} {name} differs from what migrate installed")
+        problems.extend(_exposures(connection, dialect))
         return Drift(heads, by, problems)
+
+
+def _exposures(connection: Connection, dialect: dialects.Dialect) -> list[str]:
+    """What breaks least privilege, one line each, whatever migrate recorded (the exposure_*
+    statements of migration.sql): a table privilege no capability gives (the ingest capability's
+    INSERT and SELECT on the ingest tables are the only ones), EXECUTE on an internal helper, and on
+    PostgreSQL a trigger that does not fire and a rule. On MySQL/MariaDB, an account that cannot read
+    the grant tables of the mysql database gets one line saying so (the check cannot be complete)."""
+    allowed = {(p.upper(), t) for grants in dialect.grant_tables.values() for p, t in grants}
+    names = migration_queries(dialect.name)
+    problems: list[str] = []
+    try:
+        table_grants = _rows(connection, dialect, "exposure_table_grants")
+        helper_grants = _rows(connection, dialect, "exposure_helper_grants")
+    except Exception as exc:  # MySQL/MariaDB: no SELECT on the mysql database's grant tables
+        if dialect.transactional_ddl or _interruption(exc, dialect):
+            raise
+        return [f"the grants could not be read ({exc}): table privileges and helpers' grants not checked"]
+    for grantee, privileges, obj, what in table_grants:
+        for privilege in str(privileges).upper().split(","):
+            if what == "table" and (privilege, obj) in allowed:
+                continue
+            problems.append(
+                f"grant {privilege} on {what} {obj} to {grantee}: application accounts hold no table "
+                "privilege but the ingest capability's (INSERT and SELECT on queue_ingest)"
+            )
+    for grantee, routine in helper_grants:
+        helpers = "every pyqueue__* helper (EXECUTE on the database)" if routine == "*" else routine
+        problems.append(
+            f"grant EXECUTE on {helpers} to {grantee}: the internal pyqueue__* helpers are granted to nobody"
+        )
+    if "exposure_disabled_triggers" in names:
+        for trigger, state in _rows(connection, dialect, "exposure_disabled_triggers"):
+            how = "fires only in replica sessions" if state == "R" else "is disabled"
+            problems.append(f"trigger {trigger} {how}: ALTER TABLE ... ENABLE TRIGGER puts it back")
+    if "exposure_rules" in names:
+        for table, rule in _rows(connection, dialect, "exposure_rules"):
+            problems.append(f"rule {rule} on {table} was not installed by migrate: DROP RULE removes it")
+    return problems
 
 
 def _revisions(revisions: tuple[str, ...]) -> str:

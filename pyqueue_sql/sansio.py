@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, TypeVar
 
+from . import dialects, errors
 from .dialects import Params
 from .statements import Statement
 
@@ -164,3 +165,75 @@ def each_call(calls: Sequence[Call]) -> SansIO:
     for call in calls:
         results.append((yield call))
     return results
+
+
+def connection_lost_error(
+    step: object, exc: BaseException, *, in_transaction: bool, reopens: bool
+) -> errors.ConnectionLostError:
+    """The ConnectionLostError of a step whose connection is gone (exc: the driver's error), saying
+    whether the call took effect: not when nothing was sent that could commit (BEGIN, ROLLBACK, a
+    call inside the client's transaction, which the server rolled back: in_transaction); not
+    known otherwise (a call in autocommit or in a transaction of its own, a COMMIT: the server may
+    have committed before the connection went). reopens: the client opens a new connection at
+    its next call (else the caller replaces its connection)."""
+    code, text = (*exc.args, None, None)[:2]  # PyMySQL's (code, message)
+    why = f"{text} ({code})" if isinstance(code, int) and isinstance(text, str) else str(exc)
+    why = " ".join(why.split())[:200] or type(exc).__name__
+    then = "the next call opens a new connection" if reopens else "the connection is unusable: replace it"
+    if step is Step.BEGIN or step is Step.ROLLBACK or (isinstance(step, Call) and in_transaction):
+        return errors.ConnectionLostError(
+            f"the connection to the database was lost ({why}): the call did not take effect "
+            f"(nothing of an open transaction was committed); {then}",
+            took_effect=False,
+        )
+    return errors.ConnectionLostError(
+        f"the connection to the database was lost ({why}): whether the call took effect cannot "
+        f"be known (it was sent and no answer came back); {then}",
+        took_effect=None,
+    )
+
+
+class ConnectionLoss:
+    """How Database and AsyncDatabase meet a lost connection: a step whose driver error says the
+    connection is gone raises a ConnectionLostError (connection_lost_error), and the next call
+    opens a new connection first when the client opened its own (connect's DSN) and no
+    transaction was open on the lost one (inside it, the calls raise until the block ends)."""
+
+    dialect: dialects.Dialect
+    _connection: Any
+    _dsn: str | None
+    _lost: bool
+    _owned: bool
+    _in_transaction: bool
+    _source: Callable[[], Any] | None
+    _result_listens: dict[str, int]
+
+    def _open(self) -> bool:
+        return not self._lost and dialects.connection_open(self._connection)
+
+    def _reopens(self) -> bool:
+        """Whether the next step opens a new connection first."""
+        return (
+            self._dsn is not None and self._source is None and not self._in_transaction and not self._open()
+        )
+
+    def _skips(self, step: object) -> bool:
+        """A ROLLBACK on a lost connection: the server rolled back what was open when it went."""
+        return step is Step.ROLLBACK and self._source is None and not self._open()
+
+    def _reopened(self, connection: Any) -> None:
+        """The new connection in place of the lost one (its LISTENs went with it)."""
+        self._connection, self._lost = connection, False
+        self._result_listens.clear()
+
+    def _lost_or(self, step: object, exc: Exception, connection: object) -> Exception:
+        """What to raise for a step's error: the ConnectionLostError (its cause: exc) when exc
+        says the connection is gone, else exc itself."""
+        if not dialects.lost_connection(self.dialect, connection, exc):
+            return exc
+        self._lost = self._lost or connection is self._connection
+        lost = connection_lost_error(
+            step, exc, in_transaction=self._owned and self._in_transaction, reopens=self._dsn is not None
+        )
+        lost.__cause__ = exc
+        return lost

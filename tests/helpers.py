@@ -1,5 +1,5 @@
 """Small helpers the test files share: waiting on a condition, unique queue names, running the CLI
-in-process, a free TCP port."""
+in-process, a free TCP port, a registered worker made silent."""
 
 from __future__ import annotations
 
@@ -41,3 +41,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# queue_release_dead_workers refuses an older_than below 30 s (a worker heartbeats every 10 s): the
+# tests make a worker silent for longer by moving its last heartbeat back, instead of waiting.
+RELEASE_AFTER = 60
+
+
+def silence_worker(conn, dialect: str, worker_id: int, seconds: float = 3600) -> None:
+    """Moves the last heartbeat of a registered worker back by ``seconds`` (on a DB-API connection
+    in autocommit mode, as the installing account), as if it had been silent that long."""
+    from tests import plainsql
+
+    statement = (
+        "UPDATE pyqueue_worker SET heartbeat_at = heartbeat_at - make_interval(secs => %s) WHERE worker_id = %s"
+        if dialect == "postgresql"
+        else "UPDATE pyqueue_worker SET heartbeat_at = heartbeat_at - INTERVAL %s SECOND WHERE worker_id = %s"
+    )
+    plainsql.run(conn, statement, (seconds, worker_id))

@@ -42,14 +42,17 @@ const graphile = {
     }
     await utils.release();
   },
-  // concurrency: graphile-worker's documented per-process setting (-j / concurrency)
+  // concurrency: graphile-worker's documented per-process setting (-j / concurrency). Its default
+  // logger writes a line per job completed; as pyqueue-sql's worker, it logs warnings and errors only.
   async work(concurrency, sleepMs, preset) {
-    const { run } = await import("graphile-worker");
+    const { run, Logger } = await import("graphile-worker");
+    const quiet = () => (level, message) => ["error", "warning"].includes(level) && console.error(message);
     await ready();
     const runner = await run({
       connectionString: dsn,
       concurrency,
       noHandleSignals: true,
+      logger: new Logger(quiet),
       taskList: { noop: handler(sleepMs) },
       ...(preset ? { preset } : {}),
     });

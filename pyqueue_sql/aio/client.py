@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -151,7 +152,32 @@ class AsyncDatabase(DatabaseCalls):
                 reply, error = None, exc
 
     async def _do(self, step: Call | OwnTransaction | Step | Pause) -> Any:
-        d, connection = self.dialect, await self._current()
+        """Database._do, awaited: a lost connection is a ConnectionLostError, and the next call
+        opens a new one."""
+        if isinstance(step, Pause):
+            await asyncio.sleep(step.seconds)
+            return None
+        if self._skips(step):
+            return None
+        if self._reopens():
+            await self._reopen()
+        connection = await self._current()
+        try:
+            return await self._run_step(step, connection)
+        except Exception as exc:
+            raise self._lost_or(step, exc, connection)  # noqa: B904 - its cause is set
+
+    async def _reopen(self) -> None:
+        with contextlib.suppress(Exception):
+            closing = self._connection.close()
+            if inspect.isawaitable(closing):
+                await closing
+        self._reopened(await self.dialect.connect_async(self._dsn))
+
+    async def _run_step(
+        self, step: Call | OwnTransaction | Step, connection: dialects.AsyncConnection
+    ) -> Any:
+        d = self.dialect
         if isinstance(step, Call):
             run = d.run_sets_async if step.all_sets else d.run_async
             return await run(connection, step.statement, step.params)
@@ -164,10 +190,7 @@ class AsyncDatabase(DatabaseCalls):
             return await d.begin_async(connection)
         if step is Step.COMMIT:
             return await d.end_transaction_async(connection, commit=True)
-        if step is Step.ROLLBACK:
-            return await d.rollback_async(connection)
-        await asyncio.sleep(step.seconds)
-        return None
+        return await d.rollback_async(connection)
 
     async def _current(self) -> dialects.AsyncConnection:
         if self._source is not None:
@@ -339,4 +362,4 @@ class AsyncQueue(QueueCalls):
 async def connect(dsn: str) -> AsyncDatabase:
     """Opens an asyncio connection; the DSN's scheme picks the dialect (postgresql:// or mysql://)."""
     dialect = dialects.for_dsn(dsn)
-    return AsyncDatabase(await dialect.connect_async(dsn), dialect, owned=True)
+    return AsyncDatabase(await dialect.connect_async(dsn), dialect, owned=True, dsn=dsn)

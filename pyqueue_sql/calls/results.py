@@ -121,7 +121,8 @@ class ResultsCalls(QueueCallsBase):
     def cancel(self, key: str | int, kind: str) -> str:
         """Cancels a message: 'cancelled' (it was waiting: removed, recorded as cancelled, it never
         runs), 'requested' (a consumer holds it: asked to stop, see renew and cancel_held) or
-        'unknown' (no live message)."""
+        'unknown' (no live message). A dead letter and a schedule's occurrence are never cancelled
+        (InvalidArgumentError): an admin removes one with remove."""
         rows = yield statement_call(
             statements.CANCEL, queue=self.name, key=key_value(key), kind=text_value(kind, "kind")
         )

@@ -70,7 +70,8 @@ class WorkersDatabaseCalls(DatabaseCallsBase):
 
     @sans_io
     def release_dead_workers(self, older_than: Duration) -> int:
-        """Removes workers silent for longer than older_than; their reservations become ready. Returns how many."""
+        """Removes workers silent for longer than older_than (at least 30 s: a worker heartbeats
+        every 10 s at the default lease); their reservations become ready. Returns how many."""
         return int(
             (
                 yield statement_call(

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
+from ..dialects import dump_json_text
 from ..display import format_duration, format_table, format_time, shorten
 from ..logsafe import escape_control as esc
 from .common import (
@@ -84,7 +85,7 @@ def cmd_reserve(args: argparse.Namespace) -> int:
         return EXIT_OK
     for r in reservations:
         print(
-            json.dumps(
+            dump_json_text(
                 {
                     "key": r.key,
                     "kind": r.kind,
@@ -198,7 +199,7 @@ def _cancel_note(state: str) -> str:
 
 
 def _json_text(value: Any) -> str:
-    return "-" if value is None else json.dumps(value)
+    return "-" if value is None else dump_json_text(value)
 
 
 def _dead_lettered_into(db: Any, queue: Any, key: str, kind: str, history: Any) -> str | None:
@@ -259,7 +260,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(f"progress:     {_json_text(result.progress)}")
             if result.cancel_requested:
                 print(f"cancel:       {_cancel_note(message.state)}")
-        print(f"payload:      {json.dumps(message.payload)}")
+        print(f"payload:      {dump_json_text(message.payload)}")
     if history:
         print()
         print("history (newest first):")
@@ -336,7 +337,7 @@ def cmd_result(args: argparse.Namespace) -> int:
     if r.state == "unknown":
         return _no_result(args, keeps_results)
     if args.json:
-        print(json.dumps(_result_fields(r)))
+        print(dump_json_text(_result_fields(r)))
     else:
         print(f"queue:        {r.queue}")
         print(f"key / kind:   {esc(r.key)} / {esc(r.kind)}")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
+from ..dialects import dump_json_text
 from ..display import (
     HORIZON_WARN_S,
     STATS_LEGEND,
@@ -315,7 +316,7 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
     if args.json:
         for d in letters:
             print(
-                json.dumps(
+                dump_json_text(
                     {
                         "from_queue": d.from_queue,
                         "key": d.key,

@@ -384,6 +384,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
                         worker.add_handler(queue, fn, kind, retry=retry, timeout=args.timeout)
         except errors.InvalidArgumentError as exc:
             raise UsageError(str(exc)) from None
+        ask_fd = os.environ.pop(KILL_FD, None)
+        if ask_fd is not None and ask_fd.isdigit():  # a process of --processes: its supervisor replaces it
+            worker.overdue.ask = _ask_supervisor(int(ask_fd))
         metrics = _worker_metrics(worker, args)
         finished = threading.Event()
         if status is not None:
@@ -437,6 +440,10 @@ RESTART_DELAY = 1.0
 RESTART_DELAY_MAX = 30.0
 RESTART_QUICK = 10.0
 
+# The environment variable naming, in a worker process of --processes, the pipe on which it asks its
+# supervisor to terminate and replace it (a handler overdue past --kill-grace).
+KILL_FD = "PYQUEUE_WORKER_KILL_FD"
+
 # After the shutdown deadline, how long the supervisor waits for its processes to flush their last
 # acknowledgements and deregister before it kills them.
 STOP_GRACE = 15.0
@@ -488,21 +495,37 @@ class _Processes:
         self.signals = 0
         self.restarts = 0
         self.unclean = False
+        # each process's end of the pipe it asks to be replaced on (a handler overdue past
+        # --kill-grace: WorkerBase.on_overdue), and when a process so terminated is killed
+        self.kill_grace = args.kill_grace
+        self.asks: list[int | None] = [None] * self.n
+        self.kill_at: list[float | None] = [None] * self.n
 
     def _start(self, i: int) -> None:
         import signal
         import subprocess
         import time
 
-        self.procs[i] = subprocess.Popen(
-            self.argv,
-            env={**self.env, "PYQUEUE_WORKER_PROCESS": f"{i + 1}/{self.n}"},
-            stdin=subprocess.DEVNULL,
-            # its own process group: a Ctrl-C in the terminal reaches the supervisor alone, which
-            # passes one SIGTERM on (two signals would stop the process at once)
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        old = self.asks[i]
+        if old is not None:
+            os.close(old)
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        try:
+            self.procs[i] = subprocess.Popen(
+                self.argv,
+                env={**self.env, "PYQUEUE_WORKER_PROCESS": f"{i + 1}/{self.n}", KILL_FD: str(write_end)},
+                stdin=subprocess.DEVNULL,
+                # its own process group: a Ctrl-C in the terminal reaches the supervisor alone, which
+                # passes one SIGTERM on (two signals would stop the process at once)
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+                pass_fds=(write_end,),
+            )
+        finally:
+            os.close(write_end)
+        self.asks[i] = read_end
+        self.kill_at[i] = None
         self.started_at[i] = time.monotonic()
         self.restart_at[i] = None
         if self.signals:
@@ -582,7 +605,43 @@ class _Processes:
         )
         return EXIT_FAILURE if self.unclean else EXIT_OK
 
+    def _asked(self, i: int) -> str | None:
+        """What process i asked for on its pipe (the reason it is to be replaced), else None."""
+        fd = self.asks[i]
+        if fd is None:
+            return None
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return None
+        except OSError:
+            data = b""
+        if not data:  # the process has ended
+            os.close(fd)
+            self.asks[i] = None
+            return None
+        return data.decode("utf-8", "replace").strip().splitlines()[-1][:500]
+
+    def _terminate_overdue(self, i: int, proc: Any, reason: str, now: float) -> None:
+        """Process i has a handler overdue past --kill-grace: SIGTERM now (its other handlers get
+        the grace to finish), SIGKILL after --kill-grace; replaced once it has ended."""
+        import signal
+
+        self.log.error(
+            "worker process %d of %d (pid %d): %s: terminated (SIGTERM, then SIGKILL after %g s) and "
+            "replaced",
+            i + 1,
+            self.n,
+            proc.pid,
+            reason,
+            self.kill_grace,
+            extra={"event": "process_terminated", "pid": proc.pid, "reason": reason},
+        )
+        self._signal_one(proc, signal.SIGTERM)
+        self.kill_at[i] = now + self.kill_grace
+
     def _watch(self) -> None:
+        import signal
         import time
 
         now = time.monotonic()
@@ -592,8 +651,35 @@ class _Processes:
                     self.restarts += 1
                     self._start(i)
                 continue
+            reason = self._asked(i)
+            if reason is not None and self.kill_at[i] is None and not self.signals and proc.poll() is None:
+                self._terminate_overdue(i, proc, reason, now)
             code = proc.poll()
+            kill_at = self.kill_at[i]
+            if code is None and kill_at is not None and now >= kill_at:
+                self.log.error(
+                    "worker process %d of %d (pid %d) still running %g s after its SIGTERM: killed",
+                    i + 1,
+                    self.n,
+                    proc.pid,
+                    self.kill_grace,
+                    extra={"event": "process_killed", "pid": proc.pid},
+                )
+                self._signal_one(proc, signal.SIGKILL)
+                self.kill_at[i] = now + 3600  # once
             if code is None or self.signals:
+                continue
+            if self.kill_at[i] is not None:
+                # terminated for a handler overdue: its replacement starts at once
+                self.restart_at[i] = now
+                self.log.info(
+                    "worker process %d of %d (pid %d) ended (status %s); starting its replacement",
+                    i + 1,
+                    self.n,
+                    proc.pid,
+                    code,
+                    extra={"event": "process_replaced", "pid": proc.pid, "status": code},
+                )
                 continue
             if code == 0:
                 # a process that ended as asked (--max-jobs): its successor starts at once
@@ -619,6 +705,15 @@ class _Processes:
                 delay,
                 extra={"event": "process_died", "pid": proc.pid, "status": code},
             )
+
+
+def _ask_supervisor(fd: int) -> Any:
+    """A worker process's overdue.ask: writes the reason on its supervisor's pipe (one line)."""
+
+    def ask(reason: str) -> None:
+        os.write(fd, (" ".join(reason.split())[:500] + "\n").encode("utf-8"))
+
+    return ask
 
 
 def _die_with_parent() -> None:
@@ -800,6 +895,16 @@ def add_worker(command: Command) -> None:
         help="run N worker processes under this command (each with --concurrency handlers): one "
         "that dies is started again, SIGTERM/SIGINT stops them all with the same --shutdown-timeout, "
         "and they register under one name (`pyqueue-sql workers` shows them as one) (default 1)",
+    )
+    p.add_argument(
+        "--kill-grace",
+        type=seconds_arg,
+        default=WorkerSettings.kill_grace,
+        metavar="S",
+        help="a plain (def) handler still running S seconds after its timeout or cancel (blocked in a "
+        "call no exception reaches): with --processes its process is terminated (SIGTERM, then "
+        "SIGKILL S seconds later) and replaced, the attempt recorded as timed out or cancelled; "
+        "with threads alone it is logged, its thread runs on (default 5)",
     )
     p.add_argument("--name", help="worker name recorded on reserved messages (default host:pid)")
     p.add_argument(

@@ -33,8 +33,10 @@ from .base import (
     RowValue,
     as_timedelta,
     as_utc,
+    connection_open,
     encode_json,
     key_value,
+    lost_connection,
     read_token,
     routine_error,
     strip_driver,
@@ -42,6 +44,7 @@ from .base import (
     token_value,
     whole_number,
 )
+from .jsontext import UnreadableJSON, dump_json_text, load_json
 from .mysql import MySQL, mysql_connect_args
 from .postgresql import PostgreSQL
 
@@ -60,6 +63,7 @@ __all__ = [
     "JdbcDriver",
     "JSONValue",
     "Listener",
+    "UnreadableJSON",
     "Params",
     "Row",
     "RowValue",
@@ -69,12 +73,16 @@ __all__ = [
     "as_dialect",
     "as_timedelta",
     "as_utc",
+    "connection_open",
+    "dump_json_text",
     "encode_json",
     "for_connection",
     "for_dsn",
     "for_name",
     "for_scheme",
     "key_value",
+    "load_json",
+    "lost_connection",
     "mysql_connect_args",
     "read_token",
     "routine_error",

@@ -165,8 +165,27 @@ def encode_json(payload: object) -> str:
     """A payload as compact JSON text; InvalidPayloadError for what JSON cannot hold (NaN, sets...)."""
     try:
         return _JSON_ENCODER.encode(payload)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise errors.InvalidPayloadError(f"payload is not JSON-serialisable: {exc}") from exc
+
+
+def connection_open(connection: object) -> bool:
+    """Whether a driver connection may still be used: False once its driver knows the connection
+    is gone (psycopg and aiomysql: ``closed``; PyMySQL: ``open``)."""
+    is_open = getattr(connection, "open", None)  # PyMySQL
+    if isinstance(is_open, bool):
+        return is_open
+    return not getattr(connection, "closed", False)
+
+
+def lost_connection(dialect: Dialect, connection: object, exc: BaseException) -> bool:
+    """Whether exc, raised by a call on connection, says that the connection is gone (the session
+    was killed, the server restarted, the network dropped); not a statement's own failure on a
+    connection that still works (a lock wait timeout, a cancelled statement)."""
+    if not isinstance(exc, dialect.connection_errors()) or isinstance(exc, errors.QueueError):
+        return False
+    code = exc.args[0] if exc.args else None
+    return not connection_open(connection) or code in dialect.lost_connection_codes
 
 
 def import_driver(module: str, extra: str, what: str) -> ModuleType:
@@ -513,6 +532,10 @@ class Dialect:
         return self.routine_error(line.strip())
 
     # -- connection loss -------------------------------------------------
+    # The driver's error codes (exc.args[0]) of a lost connection on a connection the driver may
+    # still think open (lost_connection).
+    lost_connection_codes: tuple[int, ...] = ()
+
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         """Errors after which a worker reconnects and retries (lost or broken connection): the
         driver's, and errors.ConnectionFailedError (a connect that failed)."""

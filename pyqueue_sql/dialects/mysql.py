@@ -40,6 +40,7 @@ from .base import (
     scrub_exception,
     strip_driver,
 )
+from .jsontext import UnreadableJSON, load_json
 
 # PyMySQL's (and aiomysql's) connect() keyword arguments (Any: each its own type, read back as such).
 ConnectArgs: TypeAlias = dict[str, Any]
@@ -51,7 +52,7 @@ _ACCESS_DENIED = (1044, 1142, 1143, 1227, 1370)
 _BAD_VALUE = (1264, 1265, 1292, 1366)
 # The client lost the server (0: PyMySQL's own "not connected"; 2006 gone away; 2013 lost during a
 # query; 2014 commands out of sync; 2055 lost at handshake or reading).
-_CONNECTION_LOST = (0, 2006, 2013, 2014, 2055)
+_CONNECTION_LOST = (0, 1927, 2006, 2013, 2014, 2055, 4031)  # 1927: killed (MariaDB); 4031: idle too long
 # A user, host or role name: no quotes, backticks or control characters (so backticks quote it).
 _NAME = re.compile(r"[^\x00-\x1f\x7f`']+")
 # The routine privileges of mysql.procs_priv's Proc_priv that a regrant gives back, as GRANT names them.
@@ -664,6 +665,10 @@ class MySQL(Dialect):
         return None
 
     # -- errors ----------------------------------------------------------
+    # "Connection was killed" (1927, MariaDB) comes before the socket closes, PyMySQL still thinks
+    # the connection open
+    lost_connection_codes = _CONNECTION_LOST
+
     def connection_errors(self) -> tuple[type[BaseException], ...]:
         import pymysql
 
@@ -713,9 +718,14 @@ class MySQLCodec(Codec):
         return None if value is None else value.replace(tzinfo=UTC)
 
     def read_payload(self, value: object) -> JSONValue:
+        """Stored JSON text as its value (dialects/jsontext.py: every JSON the server accepts is
+        read; what still cannot be is an UnreadableJSON, never an error of the whole call)."""
         if isinstance(value, (bytes, bytearray)):
-            value = value.decode("utf-8")
-        return json.loads(value) if isinstance(value, str) else value
+            try:
+                value = value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return UnreadableJSON(f"not UTF-8: {exc}", value.decode("utf-8", "replace"))
+        return load_json(value) if isinstance(value, str) else value
 
     def kinds(self, kinds: Sequence[str] | None) -> str | None:
         checked = super().kinds(kinds)

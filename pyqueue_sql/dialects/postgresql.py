@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -31,6 +30,7 @@ from .base import (
     strip_driver,
     without_secrets,
 )
+from .jsontext import UnreadableJSON, load_json
 
 if TYPE_CHECKING:
     import psycopg
@@ -55,20 +55,16 @@ _ROUTINE_EXISTS = (
 
 
 # json/jsonb values (a payload, a result) on the connections this client opens: psycopg hands its
-# loads the text as bytes, which json.loads reads through its encoding detection and two Python
-# wrappers; the scanner reads the decoded text at once, to the same values (json.loads again for
-# anything it does not read whole, so an error is json.loads's). About 8x faster a payload, which
-# counts once a reserved message (bench/README.md, Worker CPU).
-_JSON_SCAN = json.JSONDecoder().scan_once
-
-
+# loads the text as bytes; load_json reads the decoded text with the C scanner at once (about 8x
+# faster a payload than json.loads, which counts once a reserved message: bench/README.md, Worker
+# CPU), and whatever that refuses (a 4,500-digit integer, 2,000 levels of nesting) the slow way,
+# so that a row never fails the fetch of the others (dialects/jsontext.py).
 def _load_json(data: bytes | bytearray | memoryview) -> JSONValue:
-    text = bytes(data).decode("utf-8")
     try:
-        value, end = _JSON_SCAN(text, 0)
-    except StopIteration:
-        return json.loads(text)
-    return value if end == len(text) else json.loads(text)
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return UnreadableJSON(f"not UTF-8: {exc}", bytes(data).decode("utf-8", "replace"))
+    return load_json(text)
 
 
 # A refused connection's reason, from the server's (English) message: FATAL's text, as libpq puts it.

@@ -25,16 +25,18 @@ GiveUp(reason) (pyqueue_sql.worker.policy).
 
 The package, by what each module holds: keys (new_key, occurrence_time), conversion (values to JSON
 and back by annotation), task (Task, TaskCall, TaskHandle), batches (BatchTask, @app.task(batch=N)),
-periodic (app.periodic's schedules), running (current_job, the middleware chain, the worker's
+periodic (app.periodic's schedules), canvas (Celery's chain, group and chord of task.s(...)
+signatures, over after=), running (current_job, the middleware chain, the worker's
 handler of a task, RunReport) and app (App). Every public name is importable from pyqueue_sql.tasks.
 """
 
 from .app import DEFAULT_QUEUE, DEFAULT_RESULT_RETENTION, App, UnknownTaskError
 from .batches import BatchTask
+from .canvas import Chain, Chord, Group, chain, chord, group, signature
 from .keys import new_key, occurrence_time
 from .periodic import Periodic
 from .running import CallNext, JobReport, Middleware, RunReport, compose, current_job, running_job
-from .task import PayloadMismatchError, Task, TaskCall, TaskGroup, TaskHandle
+from .task import PayloadMismatchError, Signature, Task, TaskCall, TaskGroup, TaskHandle
 
 __all__ = [
     # the app and its tasks
@@ -47,6 +49,15 @@ __all__ = [
     "Periodic",
     "DEFAULT_QUEUE",
     "DEFAULT_RESULT_RETENTION",
+    # Celery's canvas: signatures (task.s(...)) and how they run together
+    "Signature",
+    "signature",
+    "chain",
+    "group",
+    "chord",
+    "Chain",
+    "Group",
+    "Chord",
     # inside a running job
     "current_job",
     "running_job",

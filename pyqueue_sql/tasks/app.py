@@ -21,6 +21,7 @@ from ..timetravel import advance_clock, seconds_of, settle_schedules
 from ..worker.model import Job
 from ..worker.policy import RetryPolicy
 from .batches import BatchTask, batch_task
+from .canvas import defer_canvas
 from .conversion import Mismatch, from_json
 from .periodic import Periodic, declare, every_seconds, schedule
 from .running import Middleware, RunReport, current_job, task_handler
@@ -411,6 +412,11 @@ class App:
         """The handles followed as one (TaskGroup, Celery's GroupResult): ``app.group(
         task.defer_many(calls)).results(timeout=30)`` gives the values in the calls' order."""
         return TaskGroup(handles)
+
+    def defer_canvas(self, canvas: Any) -> Any:
+        """Defers a signature, chain, group or chord of the app's tasks (what their defer() calls:
+        pyqueue_sql.tasks.canvas), all of its jobs in one transaction; returns its handle."""
+        return defer_canvas(self, canvas)
 
     def defer_many(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]:
         """Enqueues many calls (``task.call(...)``, of any of the app's tasks) at once: the calls of

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from .. import errors
 from ..worker.batches import check_batch
 from ..worker.model import Job
-from .conversion import Mismatch, type_hints
+from .conversion import Mismatch, detail, type_hints
 from .running import result_json
 from .task import PayloadMismatchError, Task
 
@@ -97,8 +97,23 @@ class BatchTask(Task[..., R]):
         return BatchTask(self.app, self.batch_fn, size=self.size, linger=self.linger, **fields)
 
     def item_of(self, job: Job) -> Any:
-        """The item of a job: its payload checked against the item type's fields and built."""
-        return self.fn(**self.arguments(job.payload, job))
+        """The item of a job: its payload checked against the item type's fields and built. What
+        the item type's constructor raises (a dataclass's __post_init__, a check of its own) is
+        that payload's PayloadMismatchError, naming why: it fails this job alone, as a plain
+        task's argument its type refuses does."""
+        kwargs = self.arguments(job.payload, job)
+        try:
+            return self.fn(**kwargs)
+        except Exception as exc:
+            name, why, said = (
+                getattr(self.item, "__name__", repr(self.item)),
+                type(exc).__name__,
+                detail(exc),
+            )
+            why += f": {said}" if said != why else ""
+            raise PayloadMismatchError(
+                f"task {self.kind!r}: the payload does not fit {name} ({why})"
+            ) from None
 
     def handler(self) -> Callable[[list[Job]], Any]:
         """The worker's batch handler (Worker.add_batch_handler): decodes each job's item (a

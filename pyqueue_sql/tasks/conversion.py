@@ -143,7 +143,7 @@ def type_text(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint).replace("typing.", ""))
 
 
-def _detail(exc: BaseException) -> str:
+def detail(exc: BaseException) -> str:
     """What a conversion's error says, when it says something a reader can use."""
     if isinstance(exc, decimal.DecimalException):
         return ""  # its text is [<class 'decimal.ConversionSyntax'>]
@@ -312,7 +312,7 @@ def reader_for(hint: Any) -> Reader | None:
         try:
             return convert(data)
         except Exception as exc:
-            raise Mismatch(expected, data, detail=_detail(exc)) from None
+            raise Mismatch(expected, data, detail=detail(exc)) from None
 
     return convert_value
 
@@ -364,7 +364,7 @@ def _dataclass_reader(hint: type, expected: str) -> Reader:
         try:
             return hint(**values)
         except Exception as exc:
-            raise Mismatch(expected, data, detail=_detail(exc)) from None
+            raise Mismatch(expected, data, detail=detail(exc)) from None
 
     return dataclass_value
 

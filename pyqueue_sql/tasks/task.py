@@ -12,7 +12,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from .. import errors
 from ..calls.dependencies import check_run_on
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Batch",
     "PayloadMismatchError",
+    "Signature",
     "Task",
     "TaskCall",
     "TaskHandle",
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 P = ParamSpec("P")
+P2 = ParamSpec("P2")
 R = TypeVar("R")
 T = TypeVar("T")
 
@@ -83,6 +85,8 @@ class TaskApp(Protocol):
     ) -> list[Result]: ...
 
     async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
+
+    def defer_canvas(self, canvas: Any) -> Any: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -752,6 +756,8 @@ class Task(Generic[P, R]):
                     kwargs[name] = read(data)
                 except Mismatch as m:
                     raise codec.mismatch(f"argument {name!r}{m.where} {m.text()}") from None
+        if job is not None and job.headers is not None:  # a step of a chain or chord: its parents' values
+            kwargs.update(parents_argument(job, kwargs))
         if not required.issubset(kwargs):
             missing = sorted(required - kwargs.keys())
             raise codec.mismatch(f"the payload has no argument {missing[0]!r}")
@@ -891,6 +897,46 @@ class Task(Generic[P, R]):
         listed = _own(self, calls)
         return await self.app.defer_many_async(listed)
 
+    # -- Celery's signatures (pyqueue_sql.tasks.canvas: chain, group, chord) --------------------
+    # A signature fits the function, or all of it but its first argument, which a step of a chain
+    # gets from the step before (mypy checks both; the position decides at defer).
+    @overload
+    def s(
+        self: Task[P2, collections.abc.Coroutine[Any, Any, T]], *args: P2.args, **kwargs: P2.kwargs
+    ) -> Signature[T]: ...
+
+    @overload
+    def s(self: Task[P2, T], *args: P2.args, **kwargs: P2.kwargs) -> Signature[T]: ...
+
+    @overload
+    def s(
+        self: Task[Concatenate[Any, P2], collections.abc.Coroutine[Any, Any, T]],
+        *args: P2.args,
+        **kwargs: P2.kwargs,
+    ) -> Signature[T]: ...
+
+    @overload
+    def s(self: Task[Concatenate[Any, P2], T], *args: P2.args, **kwargs: P2.kwargs) -> Signature[T]: ...
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature[Any]:
+        """A signature (Celery's ``task.s(...)``): this call, deferred later by itself
+        (``.defer()``) or as a step of pyqueue_sql.chain / group / chord, where it gets the
+        value of the step before as its first argument (the arguments given are the rest)."""
+        return Signature(self, args, kwargs)
+
+    @overload
+    def si(
+        self: Task[P, collections.abc.Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> Signature[T]: ...
+
+    @overload
+    def si(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> Signature[T]: ...
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature[Any]:
+        """An immutable signature (Celery's ``task.si(...)``): every argument given, and none from
+        the step before it in a chain (it still runs after that step has succeeded)."""
+        return Signature(self, args, kwargs, immutable=True)
+
 
 def _after_push(task: Task[Any, Any], key: str, payload: dict[str, JSONValue]) -> tuple[str, dict[str, Any]]:
     """The arguments of Queue.push_after (one item of push_after_many) of a job configured
@@ -959,3 +1005,100 @@ def _merged(task: Task[P, R], outer: Task[Any, Any]) -> Task[P, R]:
         db=task.db if task.db is not None else outer.db,
         queue=options.queue if options.queue is not None else task.queue,
     )
+
+
+# The headers of a step of a chain or chord (pyqueue_sql.tasks.canvas): the name of the parameter
+# that gets the value of its one parent (a chain's step before it), or the list of its parents'
+# values in order (a chord's callback). The worker reads the values with queue_parent_results.
+CHAIN_ARGUMENT_HEADER = "pyqueue.chain_argument"
+CHORD_ARGUMENT_HEADER = "pyqueue.chord_argument"
+
+
+def parents_argument(job: Job, given: Mapping[str, object]) -> dict[str, Any]:
+    """The argument a step of a chain or chord gets from its parents (job.parent_results(), each
+    rebuilt by its task's return annotation), by the name its headers give; {} for another job."""
+    headers = job.headers or {}
+    name = headers.get(CHAIN_ARGUMENT_HEADER)
+    listed = name is None
+    if listed:
+        name = headers.get(CHORD_ARGUMENT_HEADER)
+        if name is None:
+            return {}
+    if not isinstance(name, str) or name in given:
+        raise PayloadMismatchError(
+            f"task {job.kind!r}: the header naming the argument for its parents' values is {name!r}, "
+            "which is not a parameter its payload leaves out"
+        )
+    values = job.parent_results()
+    return {name: values if listed else values[0]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature(Generic[R]):
+    """One call of a task not deferred yet (Celery's signature, made by ``task.s(...)`` or
+    ``task.si(...)``): deferred by itself with ``.defer()`` (a TaskHandle[R]), or as a step of
+    pyqueue_sql.chain / group / chord (pyqueue_sql.tasks.canvas). ``set(...)`` gives its options,
+    ``on_error(errback)`` a failure callback. Its arguments are checked against the function now
+    and encoded when it is deferred."""
+
+    task: Task[Any, Any]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    immutable: bool = False  # si(): takes no value from the step before it
+    # set()'s: queue, key, run_at, priority, expires, headers (as configure takes them)
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    errbacks: tuple[Signature[Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        sig = self.task.signature
+        try:
+            sig.bind(*self.args, **self.kwargs)
+        except TypeError as exc:
+            if self.immutable:
+                raise TypeError(f"task {self.task.kind!r}: {exc}") from None
+            try:  # the rest of its arguments, after the value of the step before it
+                sig.bind(None, *self.args, **self.kwargs)
+            except TypeError:
+                raise TypeError(f"task {self.task.kind!r}: {exc}") from None
+
+    def __repr__(self) -> str:
+        shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.task.__name__}.{'si' if self.immutable else 's'}({', '.join(shown)})"
+
+    def set(
+        self,
+        *,
+        queue: str | None = None,
+        key: str | None = None,
+        run_at: dt.datetime | dt.timedelta | None = None,
+        priority: int | None = None,
+        expires: dt.datetime | dt.timedelta | float | None = None,
+        headers: Mapping[str, object] | None = None,
+    ) -> Signature[R]:
+        """A copy with these options (Celery's ``sig.set(...)``; countdown and eta are run_at as
+        a timedelta or a datetime): those configure() takes, checked now, and queue, the queue
+        its job goes to (the task's by default)."""
+        offered: dict[str, Any] = dict(
+            key=key, run_at=run_at, priority=priority, expires=expires, headers=headers
+        )
+        given = {k: v for k, v in offered.items() if v is not None}
+        self.task.configure(**given)  # refused here, in one line, as configure refuses it
+        if queue is not None:
+            if not isinstance(queue, str) or not queue:
+                raise errors.InvalidArgumentError(f"queue must be a queue's name, not {queue!r}")
+            given["queue"] = queue
+        return dataclasses.replace(self, options={**self.options, **given})
+
+    def on_error(self, errback: Signature[Any]) -> Signature[R]:
+        """A copy with a failure callback (Celery's ``link_error``): a job of errback, deferred
+        with this one, that runs once if this job fails for good or is cancelled (never when it
+        succeeds), as ``configure(after=[...], run_on="failure")`` does. errback takes every
+        argument it is given (it gets no value) and reads what failed with app.failed_parents()."""
+        if not isinstance(errback, Signature):
+            raise errors.InvalidArgumentError(f"on_error takes a signature (task.si(...)), not {errback!r}")
+        return dataclasses.replace(self, errbacks=(*self.errbacks, errback))
+
+    def defer(self) -> TaskHandle[R]:
+        """Enqueues the call (with its failure callbacks, in one transaction): its handle."""
+        handle: TaskHandle[R] = self.task.app.defer_canvas(self)
+        return handle

@@ -24,7 +24,7 @@ from .dispatch import Dispatch, ReserveLoop
 from .model import Handler, Job, Route, RunState, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
 from .registry import Registry
-from .runners import RunnerPool
+from .runners import STUCK_GRACE, Overdue, RunnerPool
 from .settings import Resolved, WorkerOptions, WorkerSettings, resolve
 from .settings import default_prefetch as default_prefetch
 from .shutdown import Shutdown
@@ -101,7 +101,14 @@ class WorkerBase:
         self._state = "stopped"
         self._stop_deadline: float | None = None
         self.inflight: dict[tuple[str, str, str], Job] = {}
-        self.runner_pool = RunnerPool(self.on_thread_end, self._stuck_now)
+        # plain handlers still running kill_grace seconds after their timeout or cancel (runners.py)
+        self.overdue = Overdue(self.settings.kill_grace)
+        self.runner_pool = RunnerPool(
+            self.on_thread_end,
+            self._stuck_now,
+            self.overdue.seen,
+            max(0.0, self.settings.kill_grace - STUCK_GRACE),
+        )
         self._setup()  # the runner's own state: its slots and its completer (self.completer)
         self.batches = BatchLanes(
             self.settings,
@@ -115,7 +122,7 @@ class WorkerBase:
         self.policy = FailurePolicy(
             self.state, self.routes, self.on_outcome, self.stop, self.batches.retry_of
         )
-        self.watch = Watch(self.state, self._jobs)
+        self.watch = Watch(self.state, self._jobs, self.overdue.seen, self.settings.kill_grace)
         self.reserve_loop = ReserveLoop(self.settings, self.state, self.routes, self.on_idle, self)
         self.shutdown = Shutdown(self.state, self._jobs, self._wake)
         self.registry = Registry(

@@ -18,7 +18,8 @@ current one and a third commits the successes of the one before (at most one bat
 one waiting for its commit). Before a prefetched batch runs, its jobs whose lease ran low meanwhile
 are handed back, as a prefetched job's are. prefetch=0 (run_pending's): one thread does all in turn.
 
-While a batch runs its jobs are held as the worker's other jobs are: the heartbeat renews them (the
+While a batch lingers for more, runs or waits its turn its jobs are held as the worker's other jobs
+are (a linger longer than the lease keeps its leases): the heartbeat renews them (the
 batch reserved ahead's too), status() lists them, a stop lets the batch finish (within the shutdown
 timeout), commits it, and hands back the jobs of a batch not started. A lane runs one batch at a
 time; the worker's concurrency is its plain handlers' (see docs/tasks.md, "Batch tasks")."""
@@ -322,29 +323,47 @@ class BatchLanes:
         none is ready."""
         kinds = None if route.every_kind else [route.kind]
         wake = self.wakes.setdefault((route.queue, route.kind), threading.Event())
-        lease_until = self.state.clock() + self.settings.lease
         args = dict(n=route.size, worker=self.registry.reserve_as, timeout=self.settings.lease, kinds=kinds)
-        rows = list((yield RetriedCall("reserve", route.queue, kwargs=args)))
-        if rows and len(rows) < route.size and route.linger > 0:
-            end = self.state.clock() + route.linger
-            while len(rows) < route.size and not self.state.stopping.is_set():
-                left = end - self.state.clock()
-                if left <= 0:
-                    break
-                args["n"] = route.size - len(rows)
-                more = yield RetriedCall("reserve", route.queue, kwargs=args)
-                if not more:
-                    woke = yield RetriedCall(
-                        "wait",
-                        route.queue,
-                        kwargs=dict(
-                            timeout=round(left, 6) or 1e-6, poll=self.settings.long_poll_check, kinds=kinds
-                        ),
-                    )
-                    if not woke:
+        made = self.job_type.reserved
+        jobs: list[Job] = []
+
+        def held(rows: Sequence[Any], lease_until: float) -> list[Job]:
+            # held at once, so that the heartbeat extends them while the batch lingers for more
+            # (a linger longer than the lease would otherwise see them lapse and come back)
+            more = [made(r, lease_until) for r in rows]
+            self.hold(more)
+            return more
+
+        try:
+            lease_until = self.state.clock() + self.settings.lease
+            jobs += held((yield RetriedCall("reserve", route.queue, kwargs=args)), lease_until)
+            if jobs and len(jobs) < route.size and route.linger > 0:
+                end = self.state.clock() + route.linger
+                while len(jobs) < route.size and not self.state.stopping.is_set():
+                    left = end - self.state.clock()
+                    if left <= 0:
                         break
-                rows.extend(more)
-        if not rows:
+                    args["n"] = route.size - len(jobs)
+                    lease_until = self.state.clock() + self.settings.lease
+                    more = held((yield RetriedCall("reserve", route.queue, kwargs=args)), lease_until)
+                    if not more:
+                        woke = yield RetriedCall(
+                            "wait",
+                            route.queue,
+                            kwargs=dict(
+                                timeout=round(left, 6) or 1e-6,
+                                poll=self.settings.long_poll_check,
+                                kinds=kinds,
+                            ),
+                        )
+                        if not woke:
+                            break
+                    jobs.extend(more)
+        except BaseException:
+            for job in jobs:  # not extended any more: they come back after their lease
+                self.release(job)
+            raise
+        if not jobs:
             idle[0] = True
             if siblings is None:
                 yield RetriedCall(
@@ -363,11 +382,8 @@ class BatchLanes:
                 siblings.clear()
             return []
         idle[0] = False
-        if len(rows) == route.size:
+        if len(jobs) == route.size:
             wake.set()
-        made = self.job_type.reserved
-        jobs = [made(r, lease_until) for r in rows]
-        self.hold(jobs)
         if route.every_kind and any(job.kind != route.kind for job in jobs):
             for job in [j for j in jobs if j.kind != route.kind]:
                 unknown = errors.UnknownTaskError(
@@ -391,6 +407,13 @@ class BatchLanes:
             for job in jobs:
                 yield from self.dispatch.hand_back_steps(job)
             return
+        holds = self.dispatch.runners.holds
+        for job in [j for j in jobs if holds(j)]:
+            # its earlier attempt still runs in a batch's thread stuck past its time limit
+            jobs.remove(job)
+            yield from self.dispatch.stuck_retry_steps(job)
+        if not jobs:
+            return
         started = time.monotonic()
         for job in jobs:
             job.started_at = started
@@ -408,7 +431,7 @@ class BatchLanes:
                 return fn(jobs)
 
         lead = jobs[0]
-        error = yield Handle(call, lead, route.timeout)
+        error = yield Handle(call, lead, route.timeout, jobs)
         value, lead.result = lead.result, None
         self.dispatch.note_handler_time((time.monotonic() - started) / len(jobs))
         outcomes = [error] * len(jobs) if error is not None else outcomes_of(jobs, value)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
 from ..client import QueueCalls
-from ..dialects import encode_json
+from ..dialects import UnreadableJSON, encode_json
 from .interrupt import CancelStopped
 from .model import Job, Plan, Route, log, where_of
 from .model import RetryDue as RetryDue  # its former home, kept importable
@@ -451,28 +451,22 @@ class Dispatch:
         plan = self.routes[job.queue].plan(job.kind)
         if plan[0] is None:
             raise errors.QueueError(f"no handler for kind {job.kind!r}")
+        for what, value in (("payload", job.payload), ("headers", job.headers)):
+            if type(value) is UnreadableJSON:  # fails alone; the messages reserved with it run
+                raise errors.UnreadablePayloadError(f"{what} unreadable: {value.reason}")
         return plan
 
     # -- a message's way ----------------------------------------------------------------
     def serve_steps(self, job: Job | None):
         """Runs a reserved job, then the ones its commits reserve; hands it back after a stop."""
         stopping, clock, low = self.state.stopping, self.state.clock, self.settings.lease / 3
-        stuck = self.runners.stuck
+        holds = self.runners.holds
         while job is not None:
             if stopping.is_set():
                 yield from self.hand_back_steps(job)
                 return
-            if stuck and (job.queue, job.key, job.kind) in stuck:
-                # Its earlier attempt still runs in a thread of this worker stuck past its time
-                # limit (runners.py): never two at once; back for a while, the attempt not counted.
-                log.info(
-                    "%s: its earlier attempt still runs in a stuck thread of this worker; given back "
-                    "for %g s",
-                    where_of(job),
-                    STUCK_RETRY_DELAY,
-                    extra={"event": "stuck_retry", "queue": job.queue, "key": job.key, "kind": job.kind},
-                )
-                yield from self.hand_back_steps(job, STUCK_RETRY_DELAY)
+            if holds(job):
+                yield from self.stuck_retry_steps(job)
                 return
             lease_until = job.lease_until
             if lease_until is not None and lease_until - clock() < low and self.lease_low(job):
@@ -485,6 +479,18 @@ class Dispatch:
                     "handler: unexpected error", extra={"event": "error", "queue": job.queue, "key": job.key}
                 )
                 return
+
+    def stuck_retry_steps(self, job: Job):
+        """A job whose earlier attempt still runs in a thread of this worker stuck past its time
+        limit (runners.py, a plain handler's or a batch's): never two at once; given back for
+        STUCK_RETRY_DELAY seconds, the attempt not counted."""
+        log.info(
+            "%s: its earlier attempt still runs in a stuck thread of this worker; given back for %g s",
+            where_of(job),
+            STUCK_RETRY_DELAY,
+            extra={"event": "stuck_retry", "queue": job.queue, "key": job.key, "kind": job.kind},
+        )
+        yield from self.hand_back_steps(job, STUCK_RETRY_DELAY)
 
     def lease_low(self, job: Job) -> bool:
         """Whether a message about to start (a prefetched one waited for a handler, or for its
@@ -671,7 +677,7 @@ class Dispatch:
         calls: it runs once a message (docs/performance.md, the worker's CPU per job)."""
         job.started_at = started_at = time.monotonic()
         plan = self.routes[job.queue].plans.get(job.kind)
-        if plan is None or plan[0] is None:
+        if plan is None or plan[0] is None or UnreadableJSON in (type(job.payload), type(job.headers)):
             try:
                 plan = self.plan_of(job)
             except errors.QueueError as exc:
@@ -729,6 +735,21 @@ class Dispatch:
         finally:
             self.release(job, successors)
         return successors[0] if successors else None
+
+    def overdue_cancel_steps(self, job: Job):
+        """A cancelled job whose plain handler is blocked past kill_grace, before its process is
+        replaced: recorded as cancelled (queue_cancel_held) and marked done, so that nothing
+        settles it again (and the heartbeat no longer extends it). True once recorded."""
+        yield Acquire(job.lock)
+        try:
+            if job.done:
+                return False
+            held = yield RetriedCall("cancel_held", job.queue, (job.reservation,), hard=True)
+            job.done = True
+        finally:
+            job.lock.release()
+        self.policy.cancelled(job, held)
+        return True
 
     def hand_back_steps(self, job: Job, delay: float = 0.0):
         """Gives back a message reserved and not started (a stop, a lease run low, its earlier

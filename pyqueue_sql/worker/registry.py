@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from .watch import Watch
 
 
+# The longest silence between two heartbeats: a third of the shortest silence
+# queue_release_dead_workers accepts as a sign of death (30 s), whatever the lease.
+HEARTBEAT_MAX = 10.0
+
+
 class Registry:
     """The worker's part for the registry and the heartbeat (steps: see steps.py): it registers
     the worker, heartbeats its registration and extends its reservations every lease/3, and
@@ -135,9 +140,11 @@ class Registry:
         )
 
     def heartbeat_loop_steps(self):
-        """The heartbeat: a tick every lease/3. It runs through a graceful stop (running handlers
-        still need their reservations extended) and ends with the hard stop."""
-        while not (yield Wait(HARD_STOP, self.settings.lease / 3)):
+        """The heartbeat: a tick every lease/3, and at least every HEARTBEAT_MAX seconds (so that a
+        long lease never leaves a live worker silent for the 30 s after which
+        queue_release_dead_workers may count it dead). It runs through a graceful stop (running
+        handlers still need their reservations extended) and ends with the hard stop."""
+        while not (yield Wait(HARD_STOP, min(self.settings.lease / 3, HEARTBEAT_MAX))):
             try:
                 yield from self.heartbeat_steps()
             except StoppedError:

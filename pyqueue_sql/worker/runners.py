@@ -9,7 +9,9 @@ interrupt.py) leaves its runner "stuck": the runner is set aside (the pool makes
 next job) and ends, with its per-thread resources closed (the worker's on_thread_end hooks), when
 that handler ends. Meanwhile the worker does not start the same job again (RunnerPool.stuck: a
 retry that comes back to it is given back for STUCK_RETRY_DELAY seconds, its attempt not counted),
-and more than max_stuck stuck runners stop the worker (its supervisor starts a fresh process).
+and more than max_stuck stuck runners stop the worker (its supervisor starts a fresh process). A
+batch's runner holds every job of its batch. One still running kill_grace seconds after its time
+limit is overdue (WorkerBase._overdue: logged, or its process replaced under --processes).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .interrupt import Interruptible
-from .model import Job, log
+from .model import Job, log, where_of
 
 # Seconds a handler has to end once its time limit (or its cancel) was raised in its thread before
 # its runner counts as stuck (and is replaced).
@@ -102,12 +104,22 @@ class Runner:
 class RunnerPool:
     """A worker's runners: idle ones are reused, stuck ones set aside (see the module docstring)."""
 
-    def __init__(self, on_thread_end: list[Callable[[], Any]], on_stuck: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        on_thread_end: list[Callable[[], Any]],
+        on_stuck: Callable[[int], None],
+        on_overdue: Callable[[list[Job], str], None] | None = None,
+        overdue_after: float = 0.0,
+    ) -> None:
         self._lock = threading.Lock()
         self._idle: list[Runner] = []
         self._made = 0
         self._on_thread_end = on_thread_end
         self._on_stuck = on_stuck  # called with the number of stuck runners after one more
+        # called with a stuck runner's jobs once it is still running overdue_after seconds after it
+        # was set aside (the worker's kill_grace after the time limit)
+        self._on_overdue = on_overdue
+        self._overdue_after = overdue_after
         # (queue, key, kind) of each job whose handler still runs in a stuck runner -> the runner
         self.stuck: dict[tuple[str, str, str], Runner] = {}
 
@@ -124,29 +136,61 @@ class RunnerPool:
         with self._lock:
             self._idle.append(runner)
 
-    def set_aside(self, runner: Runner, job: Job) -> None:
+    def set_aside(self, runner: Runner, jobs: list[Job]) -> None:
         """The runner's handler did not end after its time limit: the runner is no longer used; it
-        ends when that handler does. (Called with runner.detached already set.)"""
+        ends when that handler does. Every job it holds (a batch's: all of them) is recorded as
+        stuck, so that no lane of this worker starts one of them again before it ends. (Called
+        with runner.detached already set.)"""
         with self._lock:
             if runner.ended:  # its handler ended meanwhile (after the grace): nothing is stuck
                 return
-            self.stuck[(job.queue, job.key, job.kind)] = runner
-            n = len(self.stuck)
+            for job in jobs:
+                self.stuck[(job.queue, job.key, job.kind)] = runner
+            n = self._stuck_runners()
+        job = jobs[0]
+        more = f" and {len(jobs) - 1} more jobs of its batch" if len(jobs) > 1 else ""
         log.warning(
-            "the handler of %s/%s/%s still runs %g s after it was stopped (a blocking call): its "
-            "thread is set aside, %d stuck now; this worker does not start the job again before it ends",
+            "the handler of %s/%s/%s%s still runs %g s after it was stopped (a blocking call): its "
+            "thread is set aside and still running, %d stuck now; this worker does not start the "
+            "job again before it ends",
             job.queue,
             job.key,
             job.kind,
+            more,
             STUCK_GRACE,
             n,
-            extra={"event": "stuck", "queue": job.queue, "key": job.key, "kind": job.kind, "stuck": n},
+            extra={
+                "event": "stuck",
+                "queue": job.queue,
+                "key": job.key,
+                "kind": job.kind,
+                "stuck": n,
+                "jobs": len(jobs),
+            },
         )
+        if self._on_overdue is not None:
+            timer = threading.Timer(self._overdue_after, self._check_overdue, (runner, jobs))
+            timer.daemon = True
+            timer.start()
         self._on_stuck(n)
+
+    def _check_overdue(self, runner: Runner, jobs: list[Job]) -> None:
+        with self._lock:
+            overdue = not runner.ended
+        if overdue and self._on_overdue is not None:
+            self._on_overdue(jobs, "timeout")
+
+    def _stuck_runners(self) -> int:
+        """The number of stuck runners (a batch's runner holds several stuck jobs); lock held."""
+        return len({id(runner) for runner in self.stuck.values()})
+
+    def holds(self, job: Job) -> bool:
+        """Whether a stuck runner of this worker still runs the job (an earlier attempt of it)."""
+        return bool(self.stuck) and (job.queue, job.key, job.kind) in self.stuck
 
     def stuck_count(self) -> int:
         with self._lock:
-            return len(self.stuck)
+            return self._stuck_runners()
 
     def _ended(self, runner: Runner) -> None:
         """On the runner's thread, as it ends: its resources closed, its stuck job forgotten."""
@@ -170,3 +214,54 @@ class RunnerPool:
             idle, self._idle = self._idle, []
         for runner in idle:
             runner.end()
+
+
+class Overdue:
+    """A worker's plain handlers still running kill_grace seconds after their timeout (`why`
+    "timeout": the runner was set aside as stuck, the attempt failed with TimeoutError) or their
+    cancel ("cancel"): blocked in a call no exception reaches. Under a process supervisor (`ask`,
+    set by `pyqueue-sql worker --processes` in each process) a cancel's attempt is recorded as
+    cancelled (record_cancel: the threaded Worker's), then the supervisor is asked to terminate and
+    replace the process; else the handler is logged as what it is, a thread that runs on."""
+
+    def __init__(self, kill_grace: float) -> None:
+        self.kill_grace = kill_grace
+        # ask(reason): the process supervisor terminates and replaces this process. None: logged only
+        self.ask: Callable[[str], Any] | None = None
+        # record_cancel(job) -> True once the job is recorded as cancelled (queue_cancel_held)
+        self.record_cancel: Callable[[Job], bool] = lambda job: False
+
+    def seen(self, jobs: list[Job], why: str) -> None:
+        job = jobs[0]
+        more = f" and {len(jobs) - 1} more jobs of its batch" if len(jobs) > 1 else ""
+        what = "its timeout" if why == "timeout" else "its cancel"
+        grace = self.kill_grace
+        ask = self.ask
+        if ask is not None and why == "cancel" and not self.record_cancel(job):
+            ask = None
+        extra = {"queue": job.queue, "key": job.key, "kind": job.kind, "why": why}
+        if ask is None:
+            log.warning(
+                "the handler of %s%s still runs %g s after %s (a blocking call): a thread cannot be "
+                "stopped, it runs on until that call returns; this worker does not start the job again "
+                "meanwhile (a process supervisor, `pyqueue-sql worker --processes`, replaces such a process)",
+                where_of(job),
+                more,
+                grace,
+                what,
+                extra={"event": "overdue", **extra},
+            )
+            return
+        reason = f"the handler of {where_of(job)}{more} still runs {grace:g} s after {what} (a blocking call)"
+        log.error(
+            "%s: this worker process is terminated and replaced (--kill-grace %g)",
+            reason,
+            grace,
+            extra={"event": "overdue_kill", **extra},
+        )
+        try:
+            ask(reason)
+        except Exception:
+            log.exception(
+                "could not ask the process supervisor to replace this process", extra={"event": "error"}
+            )

@@ -66,6 +66,10 @@ class WorkerSettings:
     start_timeout: float | None = START_TIMEOUT
     max_stuck: int | None = None
     max_jobs: int | None = None
+    # Seconds a plain (def) handler may go on after its timeout or its cancel (a blocking call)
+    # before it is overdue: logged, and with a process supervisor (overdue.ask: `pyqueue-sql worker
+    # --processes`) the cancel recorded and the process terminated and replaced.
+    kill_grace: float = 5.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -106,12 +110,16 @@ class WorkerSettings:
                 raise errors.InvalidArgumentError(
                     f"{name} must be an integer >= {low} (or None), not {value!r}"
                 )
-        if self.release_dead_after is not None and self.release_dead_after < self.lease:
+        kill_grace = self.kill_grace
+        if isinstance(kill_grace, bool) or not isinstance(kill_grace, (int, float)) or not kill_grace > 0:
+            raise errors.InvalidArgumentError(f"kill_grace must be seconds > 0, not {kill_grace!r}")
+        if self.release_dead_after is not None and self.release_dead_after < max(self.lease, 30):
             raise errors.InvalidArgumentError(
-                "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3)"
+                "release_dead_after must be at least the lease (3 heartbeat intervals of lease/3) and "
+                "at least 30 s (queue_release_dead_workers refuses a shorter silence)"
             )
         # seconds as floats (what the logs and the routines' arguments show)
-        for name in ("lease", "ack_interval", "start_timeout"):
+        for name in ("lease", "ack_interval", "start_timeout", "kill_grace"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, float(value))
@@ -148,6 +156,7 @@ class WorkerOptions(TypedDict, total=False):
     start_timeout: float | None
     max_stuck: int | None
     max_jobs: int | None
+    kill_grace: float
 
 
 def _check_options() -> None:

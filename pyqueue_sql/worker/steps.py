@@ -67,11 +67,13 @@ class Notifications:
 class Handle:
     """Run the handler fn on job to completion: None, or what it raised. With a timeout (seconds),
     a handler still running then is given up on: TimeoutError (a coroutine is cancelled, a thread
-    is abandoned: its late return changes nothing)."""
+    is abandoned: its late return changes nothing). A batch's call runs on its first job, and
+    `batch` names every job of the batch (all of them are held by a thread stuck past its time)."""
 
     fn: Callable[[Any], Any]
     job: Any
     timeout: float | None = None
+    batch: Any = None
 
 
 @dataclass(slots=True)

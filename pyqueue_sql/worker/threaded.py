@@ -19,7 +19,7 @@ from .. import errors, tracing
 from ..client import Database, connect
 from .base import WorkerBase, listen_refused, run_hooks, settings_signature
 from .interrupt import ThreadStopper
-from .model import Job, log
+from .model import Job, log, where_of
 from .runners import run_on_thread_end
 from .steps import (
     HARD_STOP,
@@ -443,6 +443,7 @@ class Worker(WorkerBase):
         )
         self._watch_wake = threading.Event()  # a progress to write (Job.set_progress)
         self._run_threads = _RunThreads(self)
+        self.overdue.record_cancel = lambda job: _record_overdue_cancel(self, job)
 
     def _jobs(self) -> list[Job]:
         with self._slots:
@@ -642,6 +643,21 @@ class Worker(WorkerBase):
         if self._heartbeat_conn is None:
             raise errors.QueueError("heartbeat_run is for on_heartbeat hooks")
         return self._heartbeat_conn.run(fn, give_up=self.state.hard_stop)
+
+
+def _record_overdue_cancel(worker: Worker, job: Job) -> bool:
+    """A cancelled job blocked past kill_grace (runners.Overdue): recorded as cancelled on a
+    connection of its own (the timer thread that asks has none), before the process is replaced."""
+    conn = _Connection(worker, "handler")
+    try:
+        return bool(worker._steps(worker.dispatch.overdue_cancel_steps(job), conn))
+    except Exception:
+        log.exception(
+            "could not record the cancel of %s", where_of(job), extra={"event": "error", "key": job.key}
+        )
+        return False
+    finally:
+        conn.close()
 
 
 Worker.__init__.__signature__ = settings_signature()  # type: ignore[attr-defined]

@@ -65,8 +65,8 @@ def timed_out(job: Job, timeout: float, stopper: Interruptible) -> TimeoutError:
     the message's failure."""
     stopper.stop(TimeLimitExceeded)
     log.warning(
-        "the handler of %s did not finish within its timeout of %g s; stopped in its thread (at its "
-        "next Python bytecode: a blocking C call ends first)",
+        "the handler of %s did not finish within its timeout of %g s; TimeLimitExceeded raised in its "
+        "thread (it stops at its next Python bytecode; a blocking call runs on until it returns)",
         where_of(job),
         timeout,
         extra={"event": "timeout", "queue": job.queue, "key": job.key, "kind": job.kind},
@@ -143,7 +143,7 @@ def handle_timed(
         if stuck:
             abandoned = runner.detached = True
     if stuck:
-        pool.set_aside(runner, job)
+        pool.set_aside(runner, op.batch or [job])
     else:
         log_late_return(job, timeout, box[0])
         pool.give_back(runner)
@@ -199,7 +199,7 @@ async def run_plain_async(
         if stuck:
             abandoned = runner.detached = True
     if stuck:
-        pool.set_aside(runner, job)
+        pool.set_aside(runner, [job])
     else:
         if not fut.done():
             await fut

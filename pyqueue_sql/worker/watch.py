@@ -50,9 +50,19 @@ class Watch:
     """The worker's part for progress and the quick cancel poll (steps: see steps.py); its loop
     runs on a connection of its own (the runner's watcher)."""
 
-    def __init__(self, state: RunState, jobs: Callable[[], list[Job]]) -> None:
+    def __init__(
+        self,
+        state: RunState,
+        jobs: Callable[[], list[Job]],
+        on_overdue: Callable[[list[Job], str], None] | None = None,
+        kill_grace: float = 5.0,
+    ) -> None:
         self.state = state
         self.jobs = jobs  # the messages the worker holds now (the runner's)
+        # called with a cancelled job whose plain handler still runs kill_grace seconds after the
+        # cancel (WorkerBase._overdue)
+        self.on_overdue = on_overdue
+        self.kill_grace = kill_grace
         self.cancel_poll_denied = False  # this account may not call queue_result
 
     def timeout(self) -> float:
@@ -128,6 +138,16 @@ class Watch:
             timer = threading.Timer(CANCEL_GRACE, self.stop_for_cancel, (job,))
             timer.daemon = True
             timer.start()
+            if self.on_overdue is not None:
+                timer = threading.Timer(max(self.kill_grace, CANCEL_GRACE), self.cancel_overdue, (job,))
+                timer.daemon = True
+                timer.start()
+
+    def cancel_overdue(self, job: Job) -> None:
+        """kill_grace after a cancel: a plain handler of the job still running (blocked in a call
+        its CancelStopped cannot reach) is overdue."""
+        if not job.done and job.started_at is not None and self.on_overdue is not None:
+            self.on_overdue([job], "cancel")
 
     @staticmethod
     def stop_for_cancel(job: Job) -> None:
@@ -136,8 +156,8 @@ class Watch:
         if job.done or not job.stopper.stop(CancelStopped, job):
             return
         log.warning(
-            "the handler of %s did not stop within %g s of its cancel: stopped in its thread (at its "
-            "next Python bytecode)",
+            "the handler of %s did not stop within %g s of its cancel: CancelStopped raised in its "
+            "thread (it stops at its next Python bytecode; a blocking call runs on until it returns)",
             where_of(job),
             CANCEL_GRACE,
             extra={"event": "cancel_stopped", "queue": job.queue, "key": job.key, "kind": job.kind},

@@ -211,6 +211,62 @@ SELECT 'view', TABLE_NAME, VIEW_DEFINITION, SECURITY_TYPE
   FROM information_schema.VIEWS
  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'pyqueue%%'
 
+-- ---- exposures (`pyqueue-sql migrate --check`) ------------------------------------
+-- What must never hold, whatever migrate recorded: each exposure_* statement returns the rows
+-- that break a rule of least privilege (docs/operations.md, "Least privilege"), which --check
+-- reports one line each. They read the grant tables of the mysql database (an account without
+-- SELECT there: --check says it could not look). The accounts that own the routines (their
+-- DEFINER: the account that ran migrate) are left out; grants on database name patterns and
+-- global ones are not read.
+
+-- name: exposure_table_grants
+-- Table and column privileges on the tables, and table privileges on the whole database
+-- (grantee, privileges: a comma list, object, what: table, column or database).
+-- pyqueue_sql.migrate leaves out the ingest capability's (INSERT and SELECT on queue_ingest,
+-- SELECT on pyqueue_ingest_reject): application accounts hold no other.
+SELECT IF(t.Host = '', t.User, CONCAT('\'', t.User, '\'@\'', t.Host, '\'')), t.Table_priv, t.Table_name, 'table'
+  FROM mysql.tables_priv t
+ WHERE t.Db = DATABASE() AND t.Table_priv <> ''
+   AND (t.Table_name LIKE 'pyqueue%%' OR t.Table_name = 'queue_ingest')
+   AND t.Table_name NOT LIKE 'pyqueue\_alembic%%'
+   AND CONCAT(t.User, '@', t.Host) NOT IN (SELECT r.DEFINER FROM information_schema.ROUTINES r
+                                            WHERE r.ROUTINE_SCHEMA = DATABASE())
+UNION ALL
+SELECT IF(c.Host = '', c.User, CONCAT('\'', c.User, '\'@\'', c.Host, '\'')), c.Column_priv,
+       CONCAT(c.Table_name, '.', c.Column_name), 'column'
+  FROM mysql.columns_priv c
+ WHERE c.Db = DATABASE() AND c.Column_priv <> ''
+   AND (c.Table_name LIKE 'pyqueue%%' OR c.Table_name = 'queue_ingest')
+   AND CONCAT(c.User, '@', c.Host) NOT IN (SELECT r.DEFINER FROM information_schema.ROUTINES r
+                                            WHERE r.ROUTINE_SCHEMA = DATABASE())
+UNION ALL
+SELECT IF(d.Host = '', d.User, CONCAT('\'', d.User, '\'@\'', d.Host, '\'')),
+       CONCAT_WS(',', IF(d.Select_priv = 'Y', 'Select', NULL), IF(d.Insert_priv = 'Y', 'Insert', NULL),
+                 IF(d.Update_priv = 'Y', 'Update', NULL), IF(d.Delete_priv = 'Y', 'Delete', NULL)),
+       CONCAT(DATABASE(), '.*'), 'database'
+  FROM mysql.db d
+ WHERE REPLACE(d.Db, '\\_', '_') = DATABASE()
+   AND 'Y' IN (d.Select_priv, d.Insert_priv, d.Update_priv, d.Delete_priv)
+   AND CONCAT(d.User, '@', d.Host) NOT IN (SELECT r.DEFINER FROM information_schema.ROUTINES r
+                                            WHERE r.ROUTINE_SCHEMA = DATABASE())
+ ORDER BY 3, 1, 2
+
+-- name: exposure_helper_grants
+-- EXECUTE on an internal pyqueue__* helper (grantee, routine), or on the whole database (then
+-- on every helper: routine '*'). The helpers are granted to nobody.
+SELECT IF(p.Host = '', p.User, CONCAT('\'', p.User, '\'@\'', p.Host, '\'')), p.Routine_name
+  FROM mysql.procs_priv p
+ WHERE p.Db = DATABASE() AND p.Routine_name LIKE 'pyqueue\_\_%%' AND p.Proc_priv <> ''
+   AND CONCAT(p.User, '@', p.Host) NOT IN (SELECT r.DEFINER FROM information_schema.ROUTINES r
+                                            WHERE r.ROUTINE_SCHEMA = DATABASE())
+UNION ALL
+SELECT IF(d.Host = '', d.User, CONCAT('\'', d.User, '\'@\'', d.Host, '\'')), '*'
+  FROM mysql.db d
+ WHERE REPLACE(d.Db, '\\_', '_') = DATABASE() AND d.Execute_priv = 'Y'
+   AND CONCAT(d.User, '@', d.Host) NOT IN (SELECT r.DEFINER FROM information_schema.ROUTINES r
+                                            WHERE r.ROUTINE_SCHEMA = DATABASE())
+ ORDER BY 2, 1
+
 -- name: installed_records
 SELECT kind, name, digest FROM pyqueue_installed
 

@@ -248,6 +248,7 @@ DROP PROCEDURE IF EXISTS pyqueue__check_batch_size;
 DROP PROCEDURE IF EXISTS pyqueue__check_messages;
 DROP FUNCTION IF EXISTS pyqueue__refuse_element;
 DROP PROCEDURE IF EXISTS pyqueue__check_name;
+DROP PROCEDURE IF EXISTS pyqueue__check_clock;
 DROP PROCEDURE IF EXISTS pyqueue__raise;
 
 -- the tables of the queues topic, last

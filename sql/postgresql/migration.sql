@@ -86,7 +86,8 @@ SELECT t.tgname::text, c.relname::text, t.tgtype, p.proname::text
 -- several rows (a table's columns); pyqueue_sql.migrate hashes each object's rows into the
 -- digest recorded in pyqueue_installed (revision 0002_installed) and compares them.
 -- Grants: those to PUBLIC only (the install revokes EXECUTE from PUBLIC); the grants of
--- application roles are the operator's (`pyqueue-sql grant`) and not compared.
+-- application roles are the operator's (`pyqueue-sql grant`) and not compared, but for the
+-- ones no capability gives (exposure_* below).
 
 -- name: drift_routines
 SELECT 'routine', p.oid::regprocedure::text,
@@ -149,6 +150,64 @@ SELECT 'grant', a.privilege_type || ' on ' || c.relname::text || ' to PUBLIC', '
  WHERE n.nspname = current_schema() AND a.grantee = 0 AND c.relkind IN ('r', 'v', 'p')
    AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
    AND c.relname NOT LIKE 'pyqueue\_alembic%%'
+
+-- ---- exposures (`pyqueue-sql migrate --check`) ------------------------------------
+-- What must never hold, whatever migrate recorded (a later migrate must not make it look
+-- installed): each exposure_* statement returns the rows that break a rule of least privilege
+-- (docs/operations.md, "Least privilege"), which --check reports one line each.
+
+-- name: exposure_table_grants
+-- Privileges on the tables, their sequences and columns held by a role other than the owner
+-- (grantee, privilege, object, what: table, sequence or column). PUBLIC's on tables and views
+-- are drift_grants'. pyqueue_sql.migrate leaves out the ingest capability's (INSERT and SELECT
+-- on queue_ingest): application accounts hold no other.
+SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee)::text END,
+       a.privilege_type::text, c.relname::text, CASE WHEN c.relkind = 'S' THEN 'sequence' ELSE 'table' END
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace,
+       LATERAL aclexplode(c.relacl) a
+ WHERE n.nspname = current_schema() AND a.grantee <> c.relowner AND (a.grantee <> 0 OR c.relkind = 'S')
+   AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+   AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
+   AND c.relname NOT LIKE 'pyqueue\_alembic%%'
+UNION ALL
+SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee)::text END,
+       a.privilege_type::text, c.relname::text || '.' || t.attname::text, 'column'
+  FROM pg_attribute t JOIN pg_class c ON c.oid = t.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace,
+       LATERAL aclexplode(t.attacl) a
+ WHERE n.nspname = current_schema() AND t.attacl IS NOT NULL AND NOT t.attisdropped
+   AND a.grantee <> c.relowner
+   AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
+   AND c.relname NOT LIKE 'pyqueue\_alembic%%'
+ ORDER BY 3, 1, 2
+
+-- name: exposure_helper_grants
+-- EXECUTE on an internal pyqueue__* helper held by a role other than the owner (grantee,
+-- routine); PUBLIC's is drift_grants'. The helpers are granted to nobody.
+SELECT pg_get_userbyid(a.grantee)::text, p.oid::regprocedure::text
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+       LATERAL aclexplode(p.proacl) a
+ WHERE n.nspname = current_schema() AND a.grantee <> p.proowner AND a.grantee <> 0
+   AND p.proname LIKE 'pyqueue\_\_%%'
+ ORDER BY 2, 1
+
+-- name: exposure_disabled_triggers
+-- Triggers of the tables that do not fire in an ordinary session (ALTER TABLE ... DISABLE
+-- TRIGGER: 'D'; ENABLE REPLICA TRIGGER: 'R'), internal ones (foreign keys) too: (table.trigger,
+-- state). queue_ingest's trigger is what moves its rows into the queues.
+SELECT c.relname::text || '.' || t.tgname::text, t.tgenabled::text
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND t.tgenabled NOT IN ('O', 'A')
+   AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
+ ORDER BY 1
+
+-- name: exposure_rules
+-- Rules on the tables (CREATE RULE: a statement on a table rewritten, say to copy every
+-- message elsewhere); the install creates none: (table, rule).
+SELECT c.relname::text, r.rulename::text
+  FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND r.rulename <> '_RETURN'
+   AND (c.relname LIKE 'pyqueue%%' OR c.relname LIKE 'queue\_ingest%%')
+ ORDER BY 1, 2
 
 -- name: installed_records
 SELECT kind, name, digest FROM pyqueue_installed

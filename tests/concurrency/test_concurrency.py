@@ -11,6 +11,8 @@ import pytest
 
 import pyqueue_sql
 
+from ..helpers import RELEASE_AFTER, silence_worker
+
 
 def run_together(n, work):
     """Runs work(i) in n threads that start at the same moment; returns their results."""
@@ -216,8 +218,10 @@ def test_a_drop_inside_repeatable_read_leaves_no_message_a_new_queue_of_that_nam
         q.stats()
     with pytest.raises(pyqueue_sql.UnknownQueueError):
         pusher.queue(q.name).push("later", "k", 3)
-    time.sleep(0.6)  # the dead worker's last sign of life is older than the 0.5 s below
-    assert db.release_dead_workers(0.5) == 1  # the leftover was the dead worker's: released, no error
+    silence_worker(db.connection, db.dialect.name, dead.worker_id)  # its last sign of life an hour ago
+    assert (
+        db.release_dead_workers(RELEASE_AFTER) == 1
+    )  # the leftover was the dead worker's: released, no error
     q.create()
     assert q.stats().ready == 0
     assert _messages_named(pusher, q.name) == 0

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from ..helpers import RELEASE_AFTER, silence_worker
 from .lock_sessions import call_that_waits, unique
 
 
@@ -57,6 +58,7 @@ def test_releasing_dead_workers_with_an_old_snapshot_leaves_a_live_reservation_a
     admin.create(q)
     admin.push(q, "m")
     ((worker_id, _secret),) = admin.call("queue_worker_register", "stale", None, None, None)
+    silence_worker(admin.conn, admin.dialect, worker_id)  # stale: its heartbeat an hour old
     ((key, kind, stale_token),) = admin.reserve(q, worker=f"stale#{worker_id}")
     if caller.pg:
         caller.sql("BEGIN ISOLATION LEVEL REPEATABLE READ")
@@ -66,9 +68,8 @@ def test_releasing_dead_workers_with_an_old_snapshot_leaves_a_live_reservation_a
         caller.sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     assert admin.one("queue_rollback", q, key, kind, stale_token, None) in (True, 1)
     ((_, _, token),) = live.reserve(q, worker="live")
-    time.sleep(0.01)  # the stale worker's heartbeat older than the 1 ms asked for below
     try:
-        caller.call("queue_release_dead_workers", caller.dur(0.001))
+        caller.call("queue_release_dead_workers", caller.dur(RELEASE_AFTER))
         caller.sql("COMMIT")
     except Exception as exc:  # noqa: BLE001 - PostgreSQL refuses the stale snapshot's update
         caller.rollback()

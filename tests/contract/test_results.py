@@ -447,13 +447,15 @@ def test_cancel_of_a_group_head_moves_the_group_up_and_of_a_blocked_message_leav
     assert r.key == "third"
 
 
-def test_a_cancelled_occurrence_of_a_schedule_makes_way_for_the_next(rq, sql):
+def test_an_occurrence_of_a_schedule_is_not_cancelled(rq, sql):
+    """Its end would advance the schedule: queue_cancel refuses it, whoever calls, and the
+    occurrence and its schedule stay as they are (an admin removes one with queue_remove)."""
     rq.schedule_every("tick", "k", {"n": 1}, dt.timedelta(hours=1))
     (pending,) = [m.key for m in rq.messages()]
-    assert sql.cancel(rq.name, pending, "k") == "cancelled"
-    assert sql.result(rq.name, pending, "k")["state"] == "cancelled"
-    (following,) = [m.key for m in rq.messages()]
-    assert following.startswith("tick@") and following > pending
+    with _raises("is a schedule's occurrence: it is not cancelled"):
+        sql.cancel(rq.name, pending, "k")
+    assert sql.result(rq.name, pending, "k")["state"] == "delayed"
+    assert [m.key for m in rq.messages()] == [pending]
 
 
 def test_cancel_refuses_bad_arguments_and_an_unknown_queue(rq, sql):

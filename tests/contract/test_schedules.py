@@ -220,22 +220,20 @@ def test_a_moved_occurrence_pushes_the_next_one(queue, make_queue, raw, into):
         "give up",
         "lease expired on the last attempt",
         "removed by an admin",
-        "cancelled by an admin",
+        "cancelled by its holder",
         "popped",
     ],
 )
 def test_whatever_ends_the_pending_occurrence_the_next_one_is_pushed(queue, make_queue, raw, ending):
     """A consumer's give-up (or a lease that ran out on the last attempt) ends that occurrence, not
-    the schedule: its next occurrence is pushed at once, at its time; so do an admin's remove and
-    cancel, and a pop (at-most-once consumers too). Only queue_unschedule ends a schedule's chain."""
+    the schedule: its next occurrence is pushed at once, at its time; so do an admin's remove, its
+    holder's cancel_held, and a pop (at-most-once consumers too). Only queue_unschedule ends a
+    schedule's chain (queue_cancel refuses an occurrence: tests/security/test_schedule_occurrences.py)."""
     dead = make_queue() if "dead-lettered" in ending else None
     queue.create(max_attempts=1, dead_letter_queue=dead.name if dead else None)
     first = queue.schedule_every("r", "tick", {}, 1)
-    if ending in ("removed by an admin", "cancelled by an admin"):
-        if ending == "removed by an admin":
-            assert queue.remove(occurrence_key("r", first), "tick")
-        else:
-            assert queue.cancel(occurrence_key("r", first), "tick") == "cancelled"
+    if ending == "removed by an admin":
+        assert queue.remove(occurrence_key("r", first), "tick")
     else:
         time.sleep(max(0.0, (first - dt.datetime.now(UTC)).total_seconds()) + 0.05)
         if ending == "popped":
@@ -245,6 +243,8 @@ def test_whatever_ends_the_pending_occurrence_the_next_one_is_pushed(queue, make
             (occ,) = queue.reserve(timeout=0.2 if "expired" in ending else 60)
         if ending == "popped":
             pass
+        elif ending == "cancelled by its holder":
+            assert queue.cancel_held(occ)
         elif ending == "give up":
             assert queue.give_up(occ, "no") in ("dropped", "dead_lettered")
         elif "expired" in ending:
@@ -448,3 +448,21 @@ def test_schedules_from_plain_sql(queue, raw, dialect):
     assert [tuple(r) for r in rows] == [("cr", None, "0 9 * * 1-5"), ("rep", 3600, None)]
     assert at.minute == 0 and at.second == 0
     assert [s.key for s in queue.schedules()] == ["rep"]
+
+
+def test_scheduling_again_the_same_way_repairs_a_chain_pushed_ahead(queue, raw):
+    """Occurrences ended before their time each push the one after it (an admin's queue_remove,
+    as an older release's queue_cancel let a producer do): the chain lies hours ahead. The same
+    definition scheduled again (a deploy's setup) brings it back to the next occurrence after now,
+    the one ahead removed; a chain that is not ahead is left as it is."""
+    first = queue.schedule_every("billing", "bill", {"n": 1}, 3600)
+    for hour in range(3):
+        assert queue.remove(occurrence_key("billing", first + dt.timedelta(hours=hour)), "bill")
+    ahead = first + dt.timedelta(hours=3)
+    assert [s.next_at for s in queue.schedules()] == [ahead]
+    again = queue.schedule_every("billing", "bill", {"n": 1}, 3600)
+    assert again in (first, first + dt.timedelta(hours=1))  # (the hour may turn meanwhile)
+    assert [s.next_at for s in queue.schedules()] == [again]
+    assert pending(raw, queue, "billing", "bill") == [occurrence_key("billing", again)]
+    assert queue.schedule_every("billing", "bill", {"n": 1}, 3600) == again  # nothing to repair
+    assert pending(raw, queue, "billing", "bill") == [occurrence_key("billing", again)]

@@ -12,6 +12,8 @@ import pytest
 
 from pyqueue_sql import InvalidArgumentError, UnknownQueueError
 
+from ..helpers import RELEASE_AFTER, silence_worker
+
 
 @pytest.fixture
 def listener(db, dsn):
@@ -320,8 +322,8 @@ def test_release_dead_workers_wakes_the_released_messages_queues(listener, db, m
     a.push("m", "k", {})
     received()
     a.reserve(worker=dead.reserve_as, timeout=600)
-    time.sleep(0.15)
-    assert db.release_dead_workers(0.1) >= 1
+    silence_worker(db.connection, db.dialect.name, dead.worker_id)
+    assert db.release_dead_workers(RELEASE_AFTER) >= 1
     assert received() == [(ca, a.name)]
 
 
@@ -354,6 +356,7 @@ def test_a_worker_waiting_on_listen_picks_up_a_released_message_at_once(dsn, db,
     dead = db.register_worker("dead")
     queue.push("orphan", "k", {})
     queue.reserve(worker=dead.reserve_as, timeout=600)
+    silence_worker(db.connection, db.dialect.name, dead.worker_id)
     done = []
     worker = Worker(dsn, poll_fallback=60.0)
     worker.add_handler(queue.name, lambda job: done.append(job.key))
@@ -361,5 +364,5 @@ def test_a_worker_waiting_on_listen_picks_up_a_released_message_at_once(dsn, db,
     with running(worker):
         assert idle.wait(30)
         time.sleep(0.3)
-        assert db.release_dead_workers(0.2) >= 1
+        assert db.release_dead_workers(RELEASE_AFTER) >= 1
         wait_for(lambda: done, 10, "the released message (fallback 60 s)")

@@ -208,3 +208,65 @@ def test_the_worker_check_reads_the_schema_in_one_statement(fresh_database):
         conn.close()
     assert apart[1]  # at the head: what migrate recorded
     assert schema_version._read(dsn) == apart
+
+
+def test_check_names_what_least_privilege_forbids_and_spares_the_ingest_grants(fresh_database, capsys):
+    """Application accounts hold no table privilege but the ingest capability's, and the internal
+    helpers are granted to nobody (docs/operations.md, "Least privilege"): --check names a table
+    grant to an application account, a column grant, EXECUTE on a helper, and (PostgreSQL) a
+    disabled trigger of queue_ingest and a rule that copies every message elsewhere (MySQL/MariaDB:
+    a trigger that does), one line each, also after a migrate since; `pyqueue-sql grant --ingest`
+    is no drift."""
+    from tests.security.test_privileges import Accounts
+
+    dsn = fresh_database("exposed")
+    migrate.upgrade(dsn)
+    accounts = Accounts(dsn)
+    try:
+        app = accounts.with_capabilities("app", "producer", "consumer")
+        accounts.with_capabilities("spark", "ingest")
+        assert _check(dsn, capsys)[0] == 0
+        pg = dialects.for_dsn(dsn).name == "postgresql"
+        who = f'"{app}"' if pg else f"`{app}`@`%`"
+        shown = app if pg else f"'{app}'@'%'"
+        helper = "pyqueue__check_name(text,text,integer)" if pg else "pyqueue__check_name"
+        _sql(dsn, f"GRANT SELECT, UPDATE ON pyqueue_message TO {who}")
+        _sql(dsn, f"GRANT SELECT (result) ON pyqueue_result TO {who}")
+        _sql(dsn, f"GRANT EXECUTE ON {'FUNCTION' if pg else 'PROCEDURE'} {helper} TO {who}")
+        forbids = "application accounts hold no table privilege but the ingest capability's"
+        expected = [
+            f"grant SELECT on table pyqueue_message to {shown}: {forbids} (INSERT and SELECT on queue_ingest)",
+            f"grant UPDATE on table pyqueue_message to {shown}: {forbids} (INSERT and SELECT on queue_ingest)",
+            f"grant SELECT on column pyqueue_result.result to {shown}: {forbids} (INSERT and SELECT on queue_ingest)",
+            f"grant EXECUTE on {helper} to {shown}: the internal pyqueue__* helpers are granted to nobody",
+        ]
+        if pg:
+            [(trigger,)] = _sql(
+                dsn,
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'queue_ingest'::regclass AND NOT tgisinternal",
+            )
+            _sql(dsn, "ALTER TABLE queue_ingest DISABLE TRIGGER USER")
+            _sql(dsn, "CREATE TABLE spy (LIKE pyqueue_message)")
+            _sql(
+                dsn,
+                "CREATE RULE copy_all AS ON INSERT TO pyqueue_message DO ALSO INSERT INTO spy SELECT NEW.*",
+            )
+            expected += [
+                f"trigger queue_ingest.{trigger} is disabled: ALTER TABLE ... ENABLE TRIGGER puts it back",
+                "rule copy_all on pyqueue_message was not installed by migrate: DROP RULE removes it",
+            ]
+        else:  # MySQL/MariaDB have no rules and cannot disable a trigger: a trigger added is the way
+            _sql(dsn, "CREATE TABLE spy LIKE pyqueue_message")
+            _sql(
+                dsn,
+                "CREATE TRIGGER copy_all AFTER INSERT ON pyqueue_message FOR EACH ROW "
+                "INSERT INTO spy (queue_name, p_key, p_kind, payload) VALUES (NEW.queue_name, NEW.p_key, NEW.p_kind, NEW.payload)",
+            )
+            expected.append("trigger pyqueue_message.copy_all was not installed by migrate")
+        code, out, _ = _check(dsn, capsys)
+        assert code == 1
+        assert sorted(out) == sorted(expected), out
+        migrate.upgrade(dsn)  # a migrate since makes none of it look installed
+        assert sorted(_check(dsn, capsys)[1]) == sorted(expected)
+    finally:
+        accounts.close()

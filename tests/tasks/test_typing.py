@@ -100,3 +100,63 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
     assert 'Argument "user" to "defer" of "Task" has incompatible type "str"; expected "User"' in out.stdout
     assert 'Argument 1 to "call" of "Task" has incompatible type "int"; expected "str"' in out.stdout
     assert len(errors) == 4, out.stdout
+
+
+@pytest.mark.slow  # one mypy run with an empty cache: 15-35 s
+def test_mypy_checks_a_signature_against_its_task_and_types_what_a_canvas_defers(tmp_path):
+    """task.s(...) takes the function's arguments, or all but the first (which a chained step gets
+    from the step before): anything else is a mypy error; defer() of a signature, chain, chord and
+    group is typed by the task the result comes from; the Celery example application is clean."""
+    canvas = tmp_path / "canvas_use.py"
+    canvas.write_text(
+        "from pyqueue_sql import App, chain, chord, group\n"
+        "app = App()\n"
+        "@app.task(store_result=True)\n"
+        "def add(x: int, y: int) -> int:\n"
+        "    return x + y\n"
+        "@app.task(store_result=True)\n"
+        "async def label(total: int, prefix: str) -> str:\n"
+        "    return prefix\n"
+        "@app.task(store_result=True)\n"
+        "def total(values: list[int]) -> int:\n"
+        "    return sum(values)\n"
+        "reveal_type(add.s(1, 2))\n"
+        "reveal_type(label.s('sum'))\n"
+        "reveal_type(add.s(1, 2).set(priority=1).defer().result())\n"
+        "reveal_type(chain(add.s(1, 2), add.s(3), label.s('sum')).defer())\n"
+        "reveal_type(chord([add.s(1, 2), add.s(3, 4)], total.s()).defer())\n"
+        "reveal_type(group(add.s(1, 2), add.s(3, 4)).defer().results())\n"
+        "reveal_type(chain(add.s(1, 2), group(add.s(3), add.s(4))).defer())\n"
+        "add.s('1', 2)\n"
+        "add.s(1, 2, 3)\n"
+        "add.s(z=1)\n"
+        "label.si('sum')\n"
+        "add.s(1, 2).set(priority='high')\n"
+    )
+    out = _mypy(tmp_path, "examples/celery_app.py", canvas)
+    revealed = [
+        re.sub(
+            r"pyqueue_sql\.tasks\.(\w+\.)?",
+            "",
+            line.split("Revealed type is ", 1)[1].replace("builtins.", ""),
+        )
+        for line in out.stdout.splitlines()
+        if "Revealed type" in line
+    ]
+    assert revealed == [
+        '"Signature[int]"',
+        '"Signature[str]"',
+        '"int"',
+        '"TaskHandle[str]"',
+        '"TaskHandle[int]"',
+        '"list[int]"',
+        '"TaskGroup[int]"',
+    ], out.stdout
+    errors = [line for line in out.stdout.splitlines() if ": error:" in line]
+    assert all(line.startswith(str(canvas)) for line in errors), out.stdout
+    lines = sorted({int(line.split(":")[1]) for line in errors})
+    assert lines == [19, 20, 21, 22, 23], out.stdout
+    assert 'No overload variant of "s" of "Task" matches argument types "str", "int"' in out.stdout
+    assert 'Unexpected keyword argument "z"' in out.stdout
+    assert 'No overload variant of "si" of "Task" matches argument type "str"' in out.stdout
+    assert 'Argument "priority" to "set" of "Signature" has incompatible type "str"' in out.stdout

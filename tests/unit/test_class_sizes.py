@@ -13,7 +13,12 @@ import pyqueue_sql
 MAX_METHODS = 30
 
 # "module path:Class" -> why its public API needs more than MAX_METHODS methods
-ALLOWED: dict[str, str] = {}
+ALLOWED: dict[str, str] = {
+    "pyqueue_sql/tasks/task.py:Task": "Celery's s() and si() beside defer, call and configure: each typed "
+    "for def and async def, and s() for all the arguments or all but the first, by overloads",
+    "pyqueue_sql/tasks/app.py:App": "defer_canvas, how a signature's defer() reaches "
+    "pyqueue_sql.tasks.canvas, which imports the module of Signature",
+}
 
 
 def method_counts() -> dict[str, int]:

@@ -582,6 +582,14 @@ def test_the_heartbeat_ticks_every_third_of_the_lease_until_the_hard_stop():
     assert steps.done
 
 
+def test_a_long_lease_still_heartbeats_at_least_every_ten_seconds():
+    """queue_release_dead_workers accepts a silence of 30 s as death: a worker with a lease of
+    300 s heartbeats every 10 s, not every 100 s, so no consumer can release it while it lives."""
+    worker, _ = make_worker(PG, lease=300.0)
+    steps = Steps(worker.registry.heartbeat_loop_steps())
+    assert steps.op == Wait(HARD_STOP, 10.0)
+
+
 def test_the_watcher_waits_for_a_progress_or_its_poll_and_survives_a_round_s_error(caplog):
     """The watcher's loop (both runners drive it): a wait for a progress to write, as long as
     Watch.timeout allows, then a round; a round's unexpected error is logged and the loop goes

@@ -26,7 +26,7 @@ import pyqueue_sql
 from pyqueue_sql import RetryPolicy, Worker
 from pyqueue_sql.aio.worker import AsyncWorker
 
-from ..helpers import wait_for
+from ..helpers import RELEASE_AFTER, silence_worker, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -626,7 +626,8 @@ def test_stopped_worker_process_is_released_then_registers_again(dsn, db, queue,
         stopped = time.monotonic()
         time.sleep(2.5)
         assert queue.reserve() == [], "the reservation should still hold"
-        assert db.release_dead_workers(2.2) >= 1
+        silence_worker(db.connection, db.dialect.name, first.worker_id)  # as if stopped for an hour
+        assert db.release_dead_workers(RELEASE_AFTER) >= 1
         assert time.monotonic() - stopped < 4, "too slow to prove the release (not the lease) freed it"
         [again] = queue.reserve(timeout=60)
         assert (again.key, again.attempts) == ("victim", 2)
@@ -654,6 +655,8 @@ def test_stopped_worker_process_is_released_then_registers_again(dsn, db, queue,
 def test_release_dead_after_must_cover_the_lease(dsn):
     with pytest.raises(pyqueue_sql.InvalidArgumentError):
         Worker(dsn, lease=30, release_dead_after=10)
+    with pytest.raises(pyqueue_sql.InvalidArgumentError, match="at least 30 s"):
+        Worker(dsn, lease=1.5, release_dead_after=10)  # the routine refuses a silence under 30 s
 
 
 @pytest.mark.slow
@@ -662,8 +665,9 @@ def test_worker_releases_dead_workers_when_asked(dsn, db, queue):
     dead = db.register_worker(f"dead-{uuid.uuid4().hex[:6]}")
     queue.push("orphan", "k", {})
     [r] = queue.reserve(worker=dead.reserve_as, timeout=600)
+    silence_worker(db.connection, db.dialect.name, dead.worker_id)
     done = []
-    worker = Worker(dsn, lease=1.5, release_dead_after=1.5, poll_fallback=1.0)
+    worker = Worker(dsn, lease=1.5, release_dead_after=RELEASE_AFTER, poll_fallback=1.0)
     worker.add_handler(queue.name, lambda job: done.append((job.key, job.attempts)))
     with running(worker):
         wait_for(lambda: done, 30, "the orphan, released by the worker's heartbeat")
@@ -709,8 +713,8 @@ def test_idle_worker_wakes_for_every_path_that_makes_a_message_ready(dsn, db, ma
         step("rollback with no delay", lambda: q.rollback(r), "b")
         dead = db.register_worker("dead")
         held("c", dead.reserve_as)
-        time.sleep(0.15)
-        step("release_dead_workers", lambda: db.release_dead_workers(0.1), "c")
+        silence_worker(db.connection, db.dialect.name, dead.worker_id)
+        step("release_dead_workers", lambda: db.release_dead_workers(RELEASE_AFTER), "c")
 
 
 @pytest.mark.only_dialect("postgresql")  # LISTEN, and with it the pooler check

@@ -12,6 +12,8 @@ import pytest
 import pyqueue_sql
 from pyqueue_sql import cli, errors
 
+from ..helpers import RELEASE_AFTER, silence_worker
+
 
 def _age(db, worker_id):
     return next(w for w in db.workers() if w.worker_id == worker_id)
@@ -72,10 +74,10 @@ def test_release_dead_workers_makes_their_messages_ready_now(db, queue, make_que
     theirs = queue.reserve(n=1, worker=alive.reserve_as, timeout=600)
     stranger = queue.reserve(n=1, worker="not-registered", timeout=600)
     assert queue.stats().ready == 0
-    time.sleep(0.8)
+    silence_worker(db.connection, db.dialect.name, dead.worker_id)
     assert db.heartbeat_worker(alive)
-    # dead's heartbeat is over 0.8 s old; alive's is 0.6 s away from counting, however slow the machine
-    assert db.release_dead_workers(0.6) == 4
+    # dead's heartbeat is an hour old; alive's is RELEASE_AFTER s away from counting
+    assert db.release_dead_workers(RELEASE_AFTER) == 4
     ids = {w.worker_id for w in db.workers()}
     assert dead.worker_id not in ids and alive.worker_id in ids
     assert queue.stats().ready == 3 and other.stats().ready == 1
@@ -85,7 +87,7 @@ def test_release_dead_workers_makes_their_messages_ready_now(db, queue, make_que
     assert sorted(r.key for r in again) == sorted(r.key for r in mine[:3])
     assert all(r.attempts == 2 for r in again)
     assert queue.commit(theirs[0]) and queue.commit(stranger[0])
-    assert db.release_dead_workers(0.2) == 0
+    assert db.release_dead_workers(RELEASE_AFTER) == 0
     db.deregister_worker(alive)
 
 
@@ -95,8 +97,8 @@ def test_released_message_on_its_last_attempt_is_dead_lettered(db, make_queue):
     dead = db.register_worker("dead")
     queue.push("m", "k", 1)
     queue.reserve(worker=dead.reserve_as, timeout=600)
-    time.sleep(0.15)
-    assert db.release_dead_workers(0.1) == 1
+    silence_worker(db.connection, db.dialect.name, dead.worker_id)
+    assert db.release_dead_workers(RELEASE_AFTER) == 1
     assert queue.reserve() == []  # its last allowed delivery is spent: dead-lettered instead
     assert dlq.stats().ready == 1 and queue.stats().dead == 1
 
@@ -107,8 +109,8 @@ def test_release_frees_a_limit_slot(db, queue):
     dead = db.register_worker("dead")
     assert len(queue.reserve(n=2, worker=dead.reserve_as, timeout=600)) == 1
     assert queue.reserve() == []
-    time.sleep(0.15)
-    assert db.release_dead_workers(0.1) == 1
+    silence_worker(db.connection, db.dialect.name, dead.worker_id)
+    assert db.release_dead_workers(RELEASE_AFTER) == 1
     assert len(queue.reserve(n=2, timeout=60)) == 1
 
 
@@ -123,6 +125,8 @@ def test_register_and_release_refuse_bad_arguments(db, raw, dialect):
         db.release_dead_workers(0)
     with pytest.raises(errors.InvalidArgumentError):
         db.release_dead_workers(-5)
+    with pytest.raises(errors.InvalidArgumentError, match="older_than must be at least 30 seconds"):
+        db.release_dead_workers(29.999)  # a worker heartbeats every 10 s: no sign that it is dead
     call = (
         "SELECT queue_release_dead_workers(NULL)"
         if dialect == "postgresql"
@@ -190,8 +194,8 @@ def test_cli_workers_lists_and_releases(capsys, db, dsn):
     assert cli.main(["workers", "--dsn", dsn]) == 0
     out = capsys.readouterr().out
     assert "cli-worker" in out and "jobs" in out and str(w.worker_id) in out
-    time.sleep(0.15)
-    assert cli.main(["workers", "--dsn", dsn, "--release-older-than", "0.1"]) == 0
+    silence_worker(db.connection, db.dialect.name, w.worker_id)
+    assert cli.main(["workers", "--dsn", dsn, "--release-older-than", str(RELEASE_AFTER)]) == 0
     out = capsys.readouterr().out
     assert "released" in out and "cli-worker" not in out
 

@@ -15,6 +15,28 @@ BEGIN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_text;
 END //
 
+-- pyqueue__check_clock: the first step of every contract procedure that reads the clock (UTC_TIMESTAMP(6), directly
+-- or through a helper; of a push or publish and its *_with_headers sibling, of the body they share): refuses a session
+-- whose clock is not the server's, then runs the call on the server's clock.
+-- SET timestamp = <t>, which any account may run, moves NOW() and UTC_TIMESTAMP() in its session, inside SQL SECURITY
+-- DEFINER procedures too, and with them every due time, lease, rate window and expiry they compute. SYSDATE(6) is the
+-- server's clock, which no session setting moves; NOW(6) is the start of this statement (each statement of a
+-- procedure reads the clock anew), microseconds before, unless the session set its timestamp: more than a second
+-- apart is refused in one line (a second: a thread the scheduler holds back is not refused), and the SET that
+-- follows puts the session back on the server's clock, so that a timestamp set within that second moves nothing
+-- either (a caller's SET timestamp lasts until its next such call). (A server started with --sysdate-is-now makes
+-- SYSDATE() NOW(): nothing is refused there, and the SET still holds.) Takes no locks.
+DROP PROCEDURE IF EXISTS pyqueue__check_clock //
+CREATE PROCEDURE pyqueue__check_clock()
+SQL SECURITY INVOKER
+BEGIN
+    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000 THEN
+        CALL pyqueue__raise('invalid_argument',
+                            'the session clock is not the server clock (SET timestamp): run SET timestamp = DEFAULT');
+    END IF;
+    SET timestamp = DEFAULT;
+END //
+
 -- pyqueue__check_name: refuses a name that is NULL, empty, longer than in_max characters or ends with a space (see
 -- "Names compare exactly"). Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_name //
@@ -451,7 +473,9 @@ END //
 -- JSON string holding a UTC time written exactly YYYY-MM-DDTHH:MM:SS.ffffffZ (27 characters: the reserves write their
 -- clock the same way, so a binary comparison of the texts orders them as times, with no conversion on the reserve's
 -- path), on a date and time that exist; anything else raises invalid_argument, prefixed with in_where ('' or
--- 'element N of the batch: '). Takes no locks.
+-- 'element N of the batch: '). A member name written with \u escapes is one name to a client that decodes the headers
+-- (and to JSON_TABLE), but another to JSON_EXTRACT's path, which the reserves and the test clock read: headers whose
+-- decoded names hold pyqueue.expires_at other than as one member written plainly are refused too. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_expires //
 CREATE PROCEDURE pyqueue__check_expires(
     IN in_headers LONGTEXT CHARACTER SET utf8mb4,
@@ -461,6 +485,14 @@ BEGIN
     DECLARE v_value LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_at LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;  -- (binary: the pattern's T and Z exactly)
     SET v_value = JSON_EXTRACT(in_headers, '$."pyqueue.expires_at"');
+    IF LOCATE('\\u', in_headers) > 0
+       AND (SELECT COUNT(*)  -- (binary: a name with a trailing space is another; one cut to 19 characters too)
+              FROM JSON_TABLE(JSON_KEYS(in_headers), '$[*]' COLUMNS (
+                       k VARCHAR(19) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS n
+             WHERE CAST(n.k AS BINARY) = 'pyqueue.expires_at') <> (v_value IS NOT NULL) THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT(in_where, 'pyqueue.expires_at must be one member, its name written without escapes'));
+    END IF;
     IF v_value IS NOT NULL AND JSON_TYPE(v_value) <> 'NULL' THEN
         IF JSON_TYPE(v_value) = 'STRING' THEN SET v_at = JSON_UNQUOTE(v_value); END IF;
         IF v_at IS NULL
@@ -495,7 +527,10 @@ BEGIN
                 CALL pyqueue__raise('invalid_argument', CONCAT('headers are ', LENGTH(in_headers), ' bytes, more than 8192 bytes'));
             END IF;
             IF LOCATE(X'ED', CAST(in_headers AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'headers', in_headers); END IF;
-            IF LOCATE('pyqueue.expires_at', in_headers) > 0 THEN CALL pyqueue__check_expires(in_headers, ''); END IF;
+            -- (a name written with \u escapes may spell it: pyqueue__check_expires)
+            IF LOCATE('pyqueue.expires_at', in_headers) > 0 OR LOCATE('\\u', in_headers) > 0 THEN
+                CALL pyqueue__check_expires(in_headers, '');
+            END IF;
             SET out_headers = in_headers;
         END IF;
     END IF;
@@ -503,8 +538,10 @@ END //
 
 -- pyqueue__check_batch_headers: the checks of the batch *_with_headers pushes on the member "headers" of each element
 -- of in_messages (checked by pyqueue__check_messages): missing or null (none) or a JSON object of at most 8192 bytes as
--- stored (LENGTH of JSON_EXTRACT(headers, '$')); invalid_argument names the first bad element (1-based). A batch whose
--- text holds no "headers" costs one LOCATE. Takes no locks.
+-- stored (LENGTH of JSON_EXTRACT(headers, '$')); invalid_argument names the first bad element (1-based). JSON_TABLE
+-- reads a member by its decoded name, as the push that stores it does ("header\u0073" is "headers"): a batch whose
+-- text holds neither "headers" nor a \u escape (which any spelling of it but the plain one needs) has none, and costs
+-- two LOCATEs; so with pyqueue.expires_at. Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_batch_headers //
 CREATE PROCEDURE pyqueue__check_batch_headers(IN in_messages LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
@@ -512,14 +549,16 @@ BEGIN
     DECLARE v_bad, v_bytes BIGINT;
     DECLARE v_h LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_end BOOLEAN DEFAULT FALSE;
-    -- the elements whose headers carry an expiry, in order (a cursor: one pass over the batch)
+    -- the elements whose headers carry an expiry or may spell it with escapes, in order (a cursor: one pass over the
+    -- batch)
     DECLARE c_expiring CURSOR FOR
         SELECT b.ord, b.h
           FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, h JSON PATH '$.headers')) AS b
-         WHERE JSON_TYPE(b.h) = 'OBJECT' AND JSON_CONTAINS_PATH(b.h, 'one', '$."pyqueue.expires_at"')
+         WHERE JSON_TYPE(b.h) = 'OBJECT'
+           AND (JSON_CONTAINS_PATH(b.h, 'one', '$."pyqueue.expires_at"') OR LOCATE('\\u', b.h) > 0)
          ORDER BY b.ord;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_bad = NULL, v_end = TRUE;
-    IF LOCATE('"headers"', in_messages) > 0 THEN
+    IF LOCATE('"headers"', in_messages) > 0 OR LOCATE('\\u', in_messages) > 0 THEN
         SELECT MIN(b.ord) INTO v_bad
           FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (ord FOR ORDINALITY, h JSON PATH '$.headers')) AS b
          WHERE JSON_TYPE(b.h) NOT IN ('OBJECT', 'NULL');
@@ -535,7 +574,7 @@ BEGIN
             CALL pyqueue__raise('invalid_argument', CONCAT('element ', v_bad, ' of the batch: headers are ', v_bytes,
                                                            ' bytes, more than 8192 bytes'));
         END IF;
-        IF LOCATE('pyqueue.expires_at', in_messages) > 0 THEN
+        IF LOCATE('pyqueue.expires_at', in_messages) > 0 OR LOCATE('\\u', in_messages) > 0 THEN
             SET v_end = FALSE;
             OPEN c_expiring;
             expiring: LOOP

@@ -48,6 +48,7 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_own, v_retry, v_found, v_new INT;
     DECLARE v_tries INT DEFAULT 0;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_name('queue', in_queue, 128);
     CALL pyqueue__check_duration('visibility_timeout', in_visibility_timeout, TRUE);
     CALL pyqueue__check_duration('history_retention', in_history_retention, FALSE);
@@ -229,6 +230,7 @@ BEGIN
     DECLARE v_tries INT DEFAULT 0;
     DECLARE v_deps LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_gcl BIGINT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     SELECT COUNT(*), MIN(q.queue_name) INTO v_users, v_user
@@ -276,6 +278,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_now = UTC_TIMESTAMP(6), v_queue = in_queue;
     SELECT q.queue_name AS `queue`,

@@ -28,6 +28,7 @@ BEGIN
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_own, v_tries INT DEFAULT 0;
     DECLARE v_max_payload BIGINT;
+    CALL pyqueue__check_clock();
     -- The common case (every argument plainly valid) in one expression; anything else through the full checks
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
@@ -91,6 +92,7 @@ BEGIN
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_own, v_tries INT DEFAULT 0;
     DECLARE v_max_payload BIGINT;
+    CALL pyqueue__check_clock();
     -- The common case (every argument plainly valid) in one expression; anything else through the full checks
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
@@ -169,6 +171,7 @@ BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
     DECLARE v_max BIGINT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     IF in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
@@ -313,6 +316,7 @@ BEGIN
     DECLARE v_priority, v_live, v_held, v_dead INT;
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
@@ -381,6 +385,7 @@ BEGIN
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_head_id BIGINT;
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_name('group', in_group, 255);
     CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
@@ -587,6 +592,7 @@ BEGIN
     DECLARE v_groups, v_retry, v_gone INT;
     DECLARE v_now DATETIME(6);
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL

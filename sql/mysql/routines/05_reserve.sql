@@ -1219,6 +1219,7 @@ BEGIN
         RESIGNAL;
     END;
     SET v_gcl = @@SESSION.group_concat_max_len;
+    CALL pyqueue__check_clock();
 
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
@@ -1368,6 +1369,7 @@ BEGIN
     DECLARE v_gcl BIGINT;
     DECLARE v_own, v_txn INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+    CALL pyqueue__check_clock();
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
         AND LOCATE(X'ED', CAST(CONCAT(in_queue, COALESCE(in_worker, '')) AS BINARY)) = 0
         AND in_kinds IS NULL AND COALESCE(in_n = TRUNCATE(in_n, 0) AND in_n BETWEEN 1 AND 2147483647, TRUE)

@@ -362,6 +362,7 @@ body: BEGIN
     DECLARE v_found, v_attempts INT;
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
+    CALL pyqueue__check_clock();
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
             AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
@@ -466,6 +467,7 @@ CREATE PROCEDURE queue_rollback(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_clock();
     CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, FALSE, NULL, FALSE, v_outcome);
     SELECT (v_outcome IS NOT NULL) + 0 AS rolled_back;
 END //
@@ -484,6 +486,7 @@ CREATE PROCEDURE queue_fail(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_clock();
     CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, in_delay, TRUE, in_error, FALSE, v_outcome);
     SELECT v_outcome AS outcome;
 END //
@@ -512,6 +515,7 @@ BEGIN
     DECLARE v_id BIGINT;
     DECLARE v_now DATETIME(6);
     DECLARE v_done, v_own, v_tries INT DEFAULT 0;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_duration('delay', in_delay, FALSE);
@@ -565,6 +569,7 @@ CREATE PROCEDURE queue_give_up(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_outcome VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_clock();
     CALL pyqueue__give_back(in_queue, in_key, in_kind, in_token, NULL, TRUE, in_error, TRUE, v_outcome);
     SELECT v_outcome AS outcome;
 END //
@@ -583,6 +588,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_id BIGINT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__extend(in_queue, in_key, in_kind, in_token, in_timeout, v_token, v_id);
     SELECT v_token AS token;
 END //
@@ -622,6 +628,7 @@ BEGIN
     DECLARE v_duplicate, v_done, v_own, v_deps, v_tries, v_txn INT DEFAULT 0;
     DECLARE v_retry INT;
     DECLARE v_occ BOOLEAN;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_reservation(in_key, in_kind, in_token);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
@@ -711,6 +718,7 @@ BEGIN
     DECLARE v_retry INT;
     DECLARE v_id BIGINT;
     DECLARE v_done, v_own, v_tries, v_deps INT DEFAULT 0;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
     CALL pyqueue__own_transaction(FALSE, v_own);
@@ -771,6 +779,7 @@ BEGIN
            AND (v_worker IS NULL OR m.reserved_by = v_worker)
          ORDER BY m.scheduled_at, m.id;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     IF in_worker IS NOT NULL THEN
         IF CHAR_LENGTH(in_worker) = 0 THEN CALL pyqueue__raise('invalid_argument', 'worker must not be empty'); END IF;

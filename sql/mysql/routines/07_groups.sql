@@ -457,6 +457,7 @@ BEGIN
     DECLARE v_found INT;
     DECLARE v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     IF in_group IS NOT NULL THEN CALL pyqueue__check_name('group', in_group, 255); END IF;
     CALL pyqueue__check_int('k', in_k, 1, 10000);

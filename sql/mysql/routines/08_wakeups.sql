@@ -145,6 +145,7 @@ BEGIN
     DECLARE v_paused BOOLEAN;
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_now, v_next DATETIME(6);
+    CALL pyqueue__check_clock();
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     CALL pyqueue__kinds(in_kinds, v_kinds);
@@ -173,6 +174,7 @@ BEGIN
     DECLARE v_kinds LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_now, v_next, v_deadline DATETIME(6);
     DECLARE v_ready INT DEFAULT 0;
+    CALL pyqueue__check_clock();
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     SET v_queue = in_queue;
     CALL pyqueue__kinds(in_kinds, v_kinds);

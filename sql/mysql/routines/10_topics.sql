@@ -141,6 +141,7 @@ CREATE PROCEDURE queue_bind(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_bound INT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__bind(in_pattern, in_queue, TRUE, v_bound);
     SELECT v_bound AS bound;
 END //
@@ -155,6 +156,7 @@ CREATE PROCEDURE queue_unbind(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_unbound INT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__bind(in_pattern, in_queue, FALSE, v_unbound);
     SELECT v_unbound AS unbound;
 END //
@@ -195,6 +197,7 @@ BEGIN
     DECLARE v_queues, v_own, v_tries INT DEFAULT 0;
     DECLARE v_retry INT;
     DECLARE v_max_payload BIGINT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_topic('topic', in_topic, FALSE);
     CALL pyqueue__check_message(in_key, in_kind, in_payload, in_run_at, in_priority);
     IF in_headers IS NOT NULL THEN CALL pyqueue__check_headers(in_headers, v_headers); END IF;
@@ -281,6 +284,7 @@ BEGIN
     DECLARE v_inserted, v_own, v_tries INT DEFAULT 0;
     DECLARE v_retry INT;
     DECLARE v_matches BIGINT;
+    CALL pyqueue__check_clock();
     IF in_keys IS NOT NULL OR in_kinds IS NOT NULL OR in_payloads IS NOT NULL OR in_run_ats IS NOT NULL
        OR in_priorities IS NOT NULL OR in_headers IS NOT NULL THEN
         CALL pyqueue__raise_batch_shape(in_with_headers, '1st', 5);

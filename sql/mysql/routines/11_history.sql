@@ -73,6 +73,7 @@ BEGIN
           LEFT JOIN pyqueue_queue q ON q.queue_name = r.queue_name
          ORDER BY r.queue_name;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__check_clock();
     IF in_queue IS NOT NULL THEN
         CALL pyqueue__check_queue(in_queue);
         SET v_queue = in_queue;
@@ -123,6 +124,7 @@ BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_inserted INT;
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     SET v_queue = in_queue;
     IF (in_from IS NOT NULL AND (in_from + INTERVAL 0 SECOND IS NULL OR in_from < '1000-01-01'))
@@ -182,6 +184,7 @@ BEGIN
     DECLARE v_count, v_own, v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SET v_gcl = @@SESSION.group_concat_max_len;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_name('dead_queue', in_dead_queue, 128);
     CALL pyqueue__check_name('to_queue', in_to_queue, 128);
     CALL pyqueue__queue(in_dead_queue, v_vis, v_max, v_dlq, v_paused);
@@ -318,6 +321,7 @@ BEGIN
     DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     SELECT m.p_key, m.p_kind,

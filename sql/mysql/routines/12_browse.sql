@@ -24,6 +24,7 @@ BEGIN
     DECLARE v_prefix, v_after_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_prefix_len, v_n INT;
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     IF in_state IS NOT NULL AND (in_state NOT IN ('ready', 'delayed', 'reserved') OR in_state LIKE '% ') THEN
         CALL pyqueue__raise('invalid_argument', 'state must be ready, delayed, reserved or NULL (every state)');
@@ -75,6 +76,7 @@ BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_n INT;
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     IF in_n IS NOT NULL THEN CALL pyqueue__check_int('n', in_n, 1, 1000); END IF;
     SET v_queue = in_queue, v_n = COALESCE(in_n, 100), v_now = UTC_TIMESTAMP(6);
@@ -111,6 +113,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now, v_since DATETIME(6);
+    CALL pyqueue__check_clock();
     IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_now = UTC_TIMESTAMP(6);
     IF in_since IS NOT NULL AND (in_since + INTERVAL 0 SECOND IS NULL OR in_since < '1000-01-01') THEN
@@ -145,6 +148,7 @@ CREATE PROCEDURE queue_horizon()
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_history BIGINT;
+    CALL pyqueue__check_clock();
     SELECT MAX(m.`COUNT`) INTO v_history FROM information_schema.INNODB_METRICS m WHERE m.NAME = 'trx_rseg_history_len';
     SELECT TIMESTAMPDIFF(MICROSECOND, t.trx_started, NOW(6)) / 1000000 AS oldest_age_s,
            v_history AS backlog,

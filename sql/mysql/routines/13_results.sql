@@ -256,6 +256,7 @@ CREATE PROCEDURE queue_commit_result(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_done INT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__finish_held(in_queue, in_key, in_kind, in_token, 'succeeded', in_result, v_done);
     SELECT v_done AS committed;
 END //
@@ -275,6 +276,7 @@ CREATE PROCEDURE queue_commit_result_batch(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_done INT;
+    CALL pyqueue__check_clock();
     IF in_results IS NULL THEN
         CALL pyqueue__raise('invalid_argument', 'p_keys, p_kinds, tokens and results must not be NULL');
     END IF;
@@ -296,6 +298,7 @@ CREATE PROCEDURE queue_result(
     IN in_kind  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
+    CALL pyqueue__check_clock();
     CALL pyqueue__result(in_queue, in_key, in_kind, FALSE, NULL);
 END //
 
@@ -312,6 +315,7 @@ CREATE PROCEDURE queue_result_wait(
     IN in_timeout DECIMAL(20,6))
 SQL SECURITY DEFINER
 BEGIN
+    CALL pyqueue__check_clock();
     CALL pyqueue__result(in_queue, in_key, in_kind, TRUE, in_timeout);
 END //
 
@@ -338,7 +342,9 @@ END //
 --   'unknown': no live message.
 -- A message of a dead-letter queue (a queue that some queue names as its dead_letter_queue) is never cancelled nor
 -- flagged: the call is refused (invalid_argument) and the dead letter stays, whoever calls (dead letters are the
--- evidence of failures: an admin removes one with queue_remove or hands it back with queue_redrive).
+-- evidence of failures: an admin removes one with queue_remove or hands it back with queue_redrive). A schedule's
+-- occurrence (a p_key ending in @<UTC time>) is refused too, whoever calls: its end advances the schedule, and a
+-- producer (who holds this routine) must not move a chain; an admin removes an occurrence with queue_remove.
 -- Steps: a plain read of the unique key, then by id either the request (one UPDATE re-checking that the same
 -- reservation is still live) or the removal (re-checking, under the message's lock, that its token is still the one
 -- read and it is no live reservation; with the history and result rows, in a transaction of its own in autocommit
@@ -365,8 +371,12 @@ BEGIN
     DECLARE v_id, v_hist BIGINT;
     DECLARE v_at, v_now DATETIME(6);
     DECLARE v_own, v_tries, v_txn, v_rounds INT DEFAULT 0;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind;
+    IF v_key LIKE '%@____-__-__T__:__:__Z' THEN
+        CALL pyqueue__raise('invalid_argument', 'p_key ending in @<UTC time> is a schedule''s occurrence: it is not cancelled; an admin removes it with queue_remove');
+    END IF;
     IF EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.dead_letter_queue = v_queue) THEN
         CALL pyqueue__raise('invalid_argument',
                             'a message of a dead-letter queue is not cancelled; an admin removes it with queue_remove');
@@ -474,6 +484,7 @@ BEGIN
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_id BIGINT;
     DECLARE v_requested INT DEFAULT 0;
+    CALL pyqueue__check_clock();
     CALL pyqueue__extend(in_queue, in_key, in_kind, in_token, in_timeout, v_token, v_id);
     IF v_token IS NOT NULL THEN
         SELECT COUNT(*) INTO v_requested
@@ -497,6 +508,7 @@ CREATE PROCEDURE queue_cancel_held(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_done INT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__finish_held(in_queue, in_key, in_kind, in_token, 'cancelled', NULL, v_done);
     SELECT v_done AS cancelled;
 END //
@@ -617,8 +629,10 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_state VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_before DATETIME(6) DEFAULT COALESCE(in_before, UTC_TIMESTAMP(6));
+    DECLARE v_before DATETIME(6);
     DECLARE v_n BIGINT DEFAULT COALESCE(in_n, 10000);
+    CALL pyqueue__check_clock();
+    SET v_before = COALESCE(in_before, UTC_TIMESTAMP(6));
     CALL pyqueue__check_queue(in_queue);
     IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
         CALL pyqueue__raise('invalid_argument',

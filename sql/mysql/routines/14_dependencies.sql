@@ -511,8 +511,9 @@ BEGIN
         CALL pyqueue__raise('invalid_argument',
                             CONCAT('parents[', v_bad, ']: its queue keeps no results, so it cannot be a parent'));
     END IF;
-    -- the live parents, share-locked until the transaction ends (their commits wait for it)
-    SELECT COUNT(*) INTO out_left
+    -- the live parents, share-locked until the transaction ends (their commits wait for it); one named again
+    -- is the same parent (parents are a set), counted once
+    SELECT COUNT(DISTINCT m.id) INTO out_left
       FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
                pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue',
                pk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
@@ -563,7 +564,8 @@ END //
 
 -- pyqueue__push_after_rows: pyqueue__push_after's rows in pyqueue_dependency for its new message in_id (in_queue,
 -- in_key, in_kind): those an earlier message of the key left go, then a 'c' row on each live parent, a 'p' row for
--- each parent and, while it waits (in_wait), its count row 'w' (in_left parents left, its kind in_on); in the
+-- each parent (a parent named more than once: one row of each, at its first place; parents are a set, so its commit
+-- walks one edge per child) and, while it waits (in_wait), its count row 'w' (in_left parents left, its kind in_on); in the
 -- caller's transaction (in_own 0) the parents' queues read again, the push undone and refused when one keeps no
 -- results any more. Locks: the rows it writes.
 DROP PROCEDURE IF EXISTS pyqueue__push_after_rows //
@@ -585,21 +587,23 @@ BEGIN
      WHERE d.queue_name = in_queue AND d.p_key = in_key AND d.p_kind = in_kind;
     INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, other_queue, other_key, other_kind,
                                     msg_id)
-    SELECT j.pq, j.pk, j.pt, 'c', j.ord, in_queue, in_key, in_kind, in_id
+    SELECT j.pq, j.pk, j.pt, 'c', MIN(j.ord), in_queue, in_key, in_kind, in_id
       FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
                ord FOR ORDINALITY,
                pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue',
                pk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
                pt VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind')) AS j
       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
-        ON m.queue_name = j.pq AND m.p_key = j.pk AND m.p_kind = j.pt;
+        ON m.queue_name = j.pq AND m.p_key = j.pk AND m.p_kind = j.pt
+     GROUP BY j.pq, j.pk, j.pt;
     INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, other_queue, other_key, other_kind)
-    SELECT in_queue, in_key, in_kind, 'p', j.ord, j.pq, j.pk, j.pt
+    SELECT in_queue, in_key, in_kind, 'p', MIN(j.ord), j.pq, j.pk, j.pt
       FROM JSON_TABLE(in_parents, '$[*]' COLUMNS (
                ord FOR ORDINALITY,
                pq VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.queue',
                pk VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_key',
-               pt VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind')) AS j;
+               pt VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.p_kind')) AS j
+     GROUP BY j.pq, j.pk, j.pt;
     IF in_wait THEN
         -- its kind on its count row: other_kind NULL for 'success' (as queue_push_after wrote it)
         INSERT INTO pyqueue_dependency (queue_name, p_key, p_kind, role, n, msg_id, other_kind)
@@ -636,7 +640,7 @@ END //
 
 -- pyqueue__push_after: queue_push of a message that waits for its parents, in_parents the JSON text of an array of 1 to
 -- 1000 objects {"queue", "p_key", "p_kind"} (parents may be in other queues; none may be the message itself or a
--- schedule's occurrence). Result: one row, inserted = 1, or 0 when a live message has the key and kind (dedup:
+-- schedule's occurrence; a parent named more than once counts once, at its first place). Result: one row, inserted = 1, or 0 when a live message has the key and kind (dedup:
 -- nothing changes; checked before the parents are read, whatever they are). A parent is known when its queue keeps results (queue_set_result_retention) and it is live there
 -- (it is waited for) or its result there is 'succeeded' (it counts as done); a parent whose result is 'failed' or
 -- 'cancelled', or with neither a live message nor a result, is refused (invalid_argument naming it), before anything
@@ -763,6 +767,7 @@ CREATE PROCEDURE queue_push_after_on(
     IN in_run_on  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 SQL SECURITY DEFINER
 BEGIN
+    CALL pyqueue__check_clock();
     CALL queue_push_after_on_with_headers(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, NULL, NULL,
                                           NULL);
 END //
@@ -783,6 +788,7 @@ CREATE PROCEDURE queue_push_after_on_with_headers(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_inserted INT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__push_after(in_queue, in_key, in_kind, in_payload, in_parents, in_run_on, in_run_at, in_priority,
                              in_headers, v_inserted);
     SELECT v_inserted AS inserted;
@@ -799,6 +805,7 @@ CREATE PROCEDURE queue_push_after(
     IN in_parents LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY DEFINER
 BEGIN
+    CALL pyqueue__check_clock();
     CALL queue_push_after_on(in_queue, in_key, in_kind, in_payload, in_parents, 'success');
 END //
 
@@ -824,6 +831,7 @@ BEGIN
     DECLARE v_paused, v_end BOOLEAN DEFAULT FALSE;
     DECLARE v_m LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_text VARCHAR(512) CHARACTER SET utf8mb4;
+    CALL pyqueue__check_clock();
     CALL pyqueue__queue(in_queue, v_vis, v_max, v_dlq, v_paused);
     IF in_messages IS NULL OR NOT JSON_VALID(in_messages) OR JSON_TYPE(in_messages) <> 'ARRAY' THEN
         CALL pyqueue__raise('invalid_argument', 'messages must be a JSON array of objects');
@@ -913,6 +921,7 @@ BEGIN
     DECLARE v_queue, v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_message_key(in_queue, in_key, in_kind, TRUE);
     SET v_queue = in_queue, v_key = in_key, v_kind = in_kind, v_now = UTC_TIMESTAMP(6);
     SELECT d.n AS ordinal, d.other_queue AS queue, d.other_key AS p_key, d.other_kind AS p_kind,

@@ -212,6 +212,7 @@ BEGIN
     DECLARE v_found INT;
     DECLARE v_tries INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_queue(in_queue);
     CALL pyqueue__check_name('p_kind', in_kind, 128);
     CALL pyqueue__check_int('capacity', in_capacity, 0, 10000);
@@ -282,6 +283,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
     SELECT l.queue_name AS `queue`, l.p_kind, l.capacity,
@@ -375,6 +377,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
     SET v_queue = in_queue, v_now = UTC_TIMESTAMP(6);
     SELECT r.queue_name AS `queue`, NULLIF(r.p_kind, '') AS p_kind, r.n,

@@ -17,6 +17,7 @@ SQL SECURITY DEFINER
 BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_clock();
     CALL pyqueue__check_name('name', in_name, 200);
     IF CHAR_LENGTH(in_host) > 255 THEN CALL pyqueue__raise('invalid_argument', 'host is longer than 255 characters'); END IF;
     IF LOCATE(X'ED', CAST(in_host AS BINARY)) > 0 THEN CALL pyqueue__check_utf8('invalid_argument', 'host', in_host); END IF;
@@ -70,6 +71,7 @@ CREATE PROCEDURE queue_worker_heartbeat(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_secret CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    CALL pyqueue__check_clock();
     CALL pyqueue__worker_secret(in_worker_id, in_secret, v_secret);
     UPDATE pyqueue_worker SET heartbeat_at = UTC_TIMESTAMP(6)
      WHERE worker_id = in_worker_id AND secret = v_secret;
@@ -96,6 +98,9 @@ END //
 -- reservations become ready now (token cleared, attempts kept, as after an expiry). Result: one row, released. Per
 -- stale worker: its messages one by one (a plain read, then an UPDATE by id re-checking the token), then its row if
 -- still stale; interrupted, the next call finds the rest. Reads every reserved message: a maintenance call.
+-- in_older_than_s is at least 30 (refused below it): a worker heartbeats every 10 s (lease/3 at the default lease of
+-- 30 s), so a shorter silence is no sign that it is dead, and a caller (a consumer holds this routine) could take a
+-- live worker's messages between two heartbeats.
 DROP PROCEDURE IF EXISTS queue_release_dead_workers //
 CREATE PROCEDURE queue_release_dead_workers(IN in_older_than_s DECIMAL(20,6))
 SQL SECURITY DEFINER
@@ -111,8 +116,12 @@ BEGIN
          WHERE m.reserve_token IS NOT NULL AND m.scheduled_at > v_now
            AND JSON_CONTAINS(v_tags, JSON_QUOTE(m.reserved_by));
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    CALL pyqueue__check_clock();
     IF in_older_than_s IS NULL THEN CALL pyqueue__raise('invalid_argument', 'older_than must not be NULL'); END IF;
     CALL pyqueue__check_duration('older_than', in_older_than_s, TRUE);
+    IF in_older_than_s < 30 THEN
+        CALL pyqueue__raise('invalid_argument', 'older_than must be at least 30 seconds: a worker heartbeats every 10 s (lease/3 at the default lease), so a shorter silence does not make it dead');
+    END IF;
     SET v_now = UTC_TIMESTAMP(6);
     SET v_before = v_now - INTERVAL CAST(in_older_than_s * 1000000 AS SIGNED) MICROSECOND;
     /*M!100300 SET STATEMENT group_concat_max_len = 1073741824 FOR */ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */ JSON_ARRAYAGG(CONCAT(w.worker_name, '#', w.worker_id)), JSON_ARRAYAGG(w.worker_id)
@@ -144,6 +153,7 @@ CREATE PROCEDURE queue_workers()
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
     SET v_now = UTC_TIMESTAMP(6);
     SELECT w.worker_id, w.worker_name, w.host, w.pid, w.queues, w.started_at, w.heartbeat_at,
            TIMESTAMPDIFF(MICROSECOND, w.heartbeat_at, v_now) / 1e6 AS heartbeat_age_s,

@@ -167,6 +167,7 @@ BEGIN
     DECLARE v_lockname VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_lockname IS NOT NULL THEN DO RELEASE_LOCK(v_lockname); END IF; RESIGNAL; END;
+    CALL pyqueue__check_clock();
     IF in_queue IS NOT NULL THEN
         CALL pyqueue__queue(in_queue, v_vis, v_max_att, v_dlq, v_paused);
         SET v_queue = in_queue;

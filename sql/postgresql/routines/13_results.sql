@@ -430,9 +430,12 @@ $$;
 -- queue names as its dead_letter_queue) is never cancelled nor flagged: the
 -- call is refused (invalid_argument) and the dead letter stays, whoever
 -- calls (dead letters are the evidence of failures: an admin removes one
--- with queue_remove or hands it back with queue_redrive). Locks the message
--- row (waiting for a reserve or commit that holds it, then deciding on what
--- it left), then as a commit.
+-- with queue_remove or hands it back with queue_redrive). A schedule's
+-- occurrence (pyqueue__occurrence_key) is refused too, whoever calls: its end
+-- advances the schedule, and a producer (who holds this routine) must not
+-- move a chain; an admin removes an occurrence with queue_remove. Locks the
+-- message row (waiting for a reserve or commit that holds it, then deciding
+-- on what it left), then as a commit.
 CREATE OR REPLACE FUNCTION queue_cancel(in_queue text, in_key text, in_kind text)
 RETURNS text
 LANGUAGE plpgsql
@@ -445,6 +448,10 @@ DECLARE
 BEGIN
     PERFORM pyqueue__check_name('p_key', in_key, 255);
     PERFORM pyqueue__check_name('p_kind', in_kind, 128);
+    IF pyqueue__occurrence_key(in_key) THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: p_key ending in @<UTC time> is a schedule''s occurrence: it is not cancelled; an admin removes it with queue_remove'
+            USING ERRCODE = '22023';
+    END IF;
     IF EXISTS (SELECT 1 FROM pyqueue_queue q WHERE q.dead_letter_queue::text = in_queue) THEN
         RAISE EXCEPTION 'pyqueue:invalid_argument: a message of a dead-letter queue is not cancelled; an admin removes it with queue_remove'
             USING ERRCODE = '22023';

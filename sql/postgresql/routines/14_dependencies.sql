@@ -235,7 +235,8 @@ $$;
 -- pyqueue__push_after: queue_push of a message that waits for its parents,
 -- in_parents a JSON array of 1 to 1000 objects {"queue", "p_key", "p_kind"}
 -- (parents may be in other queues; none may be the message itself or a
--- schedule's occurrence). Answers as queue_push: false, and nothing changes,
+-- schedule's occurrence; a parent named more than once counts once, at its
+-- first place: parents are a set, one edge each). Answers as queue_push: false, and nothing changes,
 -- when a live message has the key and kind (dedup; before the parents are
 -- read, whatever they are). A parent is known when
 -- its queue keeps results (queue_set_result_retention) and it is live there
@@ -356,11 +357,13 @@ BEGIN
     -- rows an earlier message of this key left behind (one removed by a path that keeps no dependencies)
     DELETE FROM pyqueue_dependency d
      WHERE d.queue_name::text = in_queue AND d.p_key::text = in_key AND d.p_kind::text = in_kind;
-    FOR v_i IN 1 .. v_n LOOP
-        v_p := in_parents -> (v_i - 1);
-        v_pq := v_p ->> 'queue';
-        v_pk := v_p ->> 'p_key';
-        v_pt := v_p ->> 'p_kind';
+    -- Parents are a set: one named again is the same parent, read and recorded once, at the place it
+    -- was first named (its ordinal). Its commit walks one edge per child, however often a child named it.
+    FOR v_i, v_pq, v_pk, v_pt IN
+        SELECT pg_catalog.min(e.ord)::integer, e.p ->> 'queue', e.p ->> 'p_key', e.p ->> 'p_kind'
+          FROM pg_catalog.jsonb_array_elements(in_parents) WITH ORDINALITY AS e (p, ord)
+         GROUP BY e.p ->> 'queue', e.p ->> 'p_key', e.p ->> 'p_kind'
+         ORDER BY 1 LOOP
         v_pqueue := pyqueue__queue(v_pq);  -- (unknown_queue)
         PERFORM pyqueue__results_lock(v_pq, false);
         SELECT * INTO v_pqueue FROM pyqueue_queue q WHERE q.queue_name::text = v_pq FOR KEY SHARE;

@@ -109,6 +109,10 @@ $$;
 -- delivery is dead-lettered by the next reserve). Returns the number of
 -- messages released. Reads every reserved message (no index on reserved_by):
 -- a maintenance call, run it every few heartbeats, not per reserve.
+-- in_older_than is at least 30 s (refused below it): a worker
+-- heartbeats every 10 s (lease/3 at the default lease of 30 s), so a
+-- shorter silence is no sign that it is dead, and a caller (a consumer holds
+-- this routine) could take a live worker's messages between two heartbeats.
 -- Locks the stale worker rows and the released message rows.
 CREATE OR REPLACE FUNCTION queue_release_dead_workers(in_older_than interval)
 RETURNS integer
@@ -127,6 +131,10 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: older_than must not be NULL' USING ERRCODE = '22023';
     END IF;
     PERFORM pyqueue__check_duration('older_than', in_older_than, true);
+    IF in_older_than < interval '30 seconds' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: older_than must be at least 30 seconds: a worker heartbeats every 10 s (lease/3 at the default lease), so a shorter silence does not make it dead'
+            USING ERRCODE = '22023';
+    END IF;
     WITH gone AS (
         DELETE FROM pyqueue_worker w WHERE w.heartbeat_at < v_now - in_older_than
         RETURNING w.worker_name::text || '#'::text || w.worker_id::text AS tag
