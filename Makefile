@@ -2,7 +2,8 @@
 #   make demo   runs the demo on an embedded PostgreSQL (no server needed); installs
 #               only what the demo needs (the package with its postgresql, mysql and
 #               embedded extras; pyspark, a download of about 450 MB, only for the Spark
-#               stage and only when Java is there, with the JDBC jars from apt-get)
+#               stage and only when Java is there, with the JDBC jars from apt-get when
+#               run as root, said before it does); make demo SKIP_SPARK=1 leaves the stage out
 #   make test   runs the whole test suite against both dialects (dev + spark extras), in
 #               parallel worker processes (pytest-xdist): about 10 minutes on 2 quiet cores (10:13 for 4,311
 #               tests at c0a1c33; 15 to 27 minutes while other work loads the machine)
@@ -55,8 +56,13 @@ demo: $(DEMO_STAMP)
 	$(VENV)/bin/pyqueue-sql demo
 	@echo
 	@echo "== demo 2/2: Spark stage =="
-	@if command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ]; then \
-	  echo "demo: installing the JDBC jars with apt-get where it can (scripts/spark-deps.sh: libpostgresql-jdbc-java, libmariadb-java, when root; else it says what to install)"; \
+	@if [ -n "$(SKIP_SPARK)" ]; then \
+	  echo "demo: Spark stage SKIPPED (SKIP_SPARK is set)"; \
+	elif command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ]; then \
+	  echo "demo: the Spark stage enqueues and reads the queue over JDBC. It needs pyspark (pip, about 450 MB, first run"; \
+	  echo "      only) and the JDBC drivers: run as root, scripts/spark-deps.sh installs those missing with apt-get"; \
+	  echo "      (libpostgresql-jdbc-java, libmariadb-java; it names them first), else it says what to install."; \
+	  echo "      To skip the Spark stage: make demo SKIP_SPARK=1"; \
 	  bash scripts/spark-deps.sh || true; \
 	  if $(MAKE) --no-print-directory $(SPARK_STAMP); then $(PY) examples/spark_pipeline.py --demo; \
 	  else echo "demo: Spark stage SKIPPED: could not install the spark extra (pip install -e '.[spark]')"; fi; \

@@ -11,7 +11,7 @@ import contextlib
 import datetime as dt
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -127,11 +127,13 @@ def format_table(
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def format_stats_table(stats: Iterable[Any]) -> str:
+def format_stats_table(stats: Iterable[Any], last_minute: Mapping[str, int | None] | None = None) -> str:
     """The stats of several queues (pyqueue_sql.QueueStats) as an aligned text table. Its "dead"
     column (as in SQL, Python and the dashboard) counts every message that used up its attempts in
-    the queue since it was created; a redrive does not lower it (STATS_LEGEND says so)."""
-    header = ("queue", "ready", "delayed", "reserved", "dead", "oldest ready age", "paused")
+    the queue since it was created; a redrive does not lower it (STATS_LEGEND says so). With
+    last_minute (per queue, the messages that left it in the last minute; None: it keeps no
+    history to tell), a column of them ("-" for None)."""
+    header: tuple[str, ...] = ("queue", "ready", "delayed", "reserved", "dead", "oldest ready age", "paused")
     rows = [
         (
             s.queue,
@@ -144,7 +146,11 @@ def format_stats_table(stats: Iterable[Any]) -> str:
         )
         for s in stats
     ]
-    return format_table(header, rows, right_aligned=(1, 2, 3, 4, 5))
+    if last_minute is None:
+        return format_table(header, rows, right_aligned=(1, 2, 3, 4, 5))
+    done = [last_minute.get(r[0]) for r in rows]
+    rows = [(*r, "-" if n is None else str(n)) for r, n in zip(rows, done)]
+    return format_table((*header, "last minute"), rows, right_aligned=(1, 2, 3, 4, 5, 7))
 
 
 STATS_LEGEND = (

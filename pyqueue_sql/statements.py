@@ -427,6 +427,10 @@ TESTING_ADVANCE_RESULTS = Statement("testing_advance_results", params=("seconds"
 TESTING_ADVANCE_HISTORY = Statement("testing_advance_history", params=("seconds",))
 TESTING_ADVANCE_RATES = Statement("testing_advance_rates", params=("seconds",))
 TESTING_ADVANCE_READY_FROM = Statement("testing_advance_ready_from")
+TESTING_CLOCK_DATABASE = Statement("testing_clock_database", returns=VALUE)
+TESTING_SETTLE_OCCURRENCES = Statement(
+    "testing_settle_occurrences", params=("seconds", "queue", "key", "kind")
+)
 
 # -- fast paths --------------------------------------------------------------------------------
 COMMIT_RESERVE = Statement(

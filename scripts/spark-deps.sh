@@ -9,14 +9,16 @@
 # under CI=true). The pip side (the `spark` extra) is the Makefile's job.
 set -euo pipefail
 
+# where Debian's packages put the jars (PYQUEUE_JDBC_DIR: another place, for the tests)
+jars=${PYQUEUE_JDBC_DIR:-/usr/share/java}
 missing=()
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
-[ -e /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
-[ -e /usr/share/java/mariadb-java-client.jar ] || missing+=(libmariadb-java)
+[ -e "$jars/postgresql.jar" ] || missing+=(libpostgresql-jdbc-java)
+[ -e "$jars/mariadb-java-client.jar" ] || missing+=(libmariadb-java)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "spark-deps: installing ${missing[*]} with apt-get" >&2
+  echo "spark-deps: installing ${missing[*]} with apt-get (the JDBC drivers Spark reads and writes the queue with)" >&2
   export DEBIAN_FRONTEND=noninteractive
   # update only when the package lists do not know a package yet
   log=$(mktemp)

@@ -91,6 +91,9 @@ def _migrate_check(migrate: Any, dsn: str) -> int:
     if drift.ok:
         print(f"no drift: revision {_revisions(drift.revision)}, as pyqueue-sql {__version__} installs it")
         return EXIT_OK
+    if not drift.revision:  # nothing installed: that one line says it all, no count beside it
+        print(f"{PROG}: {drift.problems[0]}", file=sys.stderr)
+        return EXIT_FAILURE
     for problem in drift.problems:
         print(problem)
     print(

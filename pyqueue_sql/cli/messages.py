@@ -359,6 +359,70 @@ def cmd_result(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def time_arg(text: str) -> dt.datetime:
+    """A time on the command line: ISO 8601, UTC unless it names its offset (2026-11-29T09:00:00Z,
+    2026-11-29 09:00:00, 2026-11-29T10:00:00+01:00)."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (ISO 8601, UTC unless it says: 2026-11-29T09:00:00Z)"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
+
+
+def _outcome_text(r: Any) -> str:
+    if r.state == "succeeded":
+        return shorten(_json_text(r.result), 60)
+    return shorten(esc(r.last_error) if r.last_error is not None else "-", 60)
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    """The finished jobs a queue keeps (queue_results), newest first: a table, or with --json one
+    object a line; the next page's --before on stderr when there may be more."""
+    with open_database(args) as db:
+        queue = db.queue(args.queue)
+        rows = queue.results(kind=args.kind, state=args.state, n=args.n, before=args.before)
+        keeps = None
+        if not rows:
+            try:
+                keeps = queue.settings().result_retention is not None
+            except errors.PermissionDeniedError:
+                pass  # not known: no hint
+    if args.json:
+        for r in rows:
+            print(json.dumps(_result_fields(r)))
+    elif rows:
+        print(
+            format_table(
+                ("finished at", "key", "kind", "state", "attempts", "result / last error"),
+                [
+                    (
+                        format_time(r.finished_at),
+                        shorten(r.key, 40),
+                        r.kind,
+                        r.state,
+                        "-" if r.attempts is None else str(r.attempts),
+                        _outcome_text(r),
+                    )
+                    for r in rows
+                ],
+                right_aligned=(4,),
+            )
+        )
+    if not rows:
+        hint = (
+            f" ({args.queue} keeps no results: `{PROG} create {shlex.quote(args.queue)} --result-retention S`)"
+            if keeps is False
+            else ""
+        )
+        print(f"{PROG}: no finished job kept in {args.queue} that matches{hint}", file=sys.stderr)
+    elif len(rows) >= (args.n or 100):
+        last = rows[-1].finished_at
+        print(f"{PROG}: more may be kept: the next page with --before {last.isoformat()}", file=sys.stderr)
+    return EXIT_OK
+
+
 CANCEL_OUTCOMES = {
     "cancelled": "cancelled: {key}/{kind} was waiting in {queue} and is removed; it will not run",
     "requested": "requested: {key}/{kind} is being handled (reserved) in {queue}; its consumer is asked "
@@ -499,6 +563,26 @@ def add_result(command: Command) -> None:
     )
 
 
+def add_results(command: Command) -> None:
+    p = command(
+        "results",
+        cmd_results,
+        "the finished jobs a queue keeps (its result retention), newest first: finished at, key, kind, "
+        "state, attempts, result or last error",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--state", choices=("succeeded", "failed", "cancelled"), help="only jobs that ended so")
+    p.add_argument("--kind", metavar="KIND", help="only jobs of this kind")
+    p.add_argument("-n", type=positive_int, metavar="N", help="at most N jobs (default 100, at most 1000)")
+    p.add_argument(
+        "--before",
+        type=time_arg,
+        metavar="TIME",
+        help="only jobs finished before this time (ISO 8601, UTC unless it says): the next page",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object a line (the fields, unformatted)")
+
+
 def add_cancel(command: Command) -> None:
     p = command(
         "cancel",
@@ -518,5 +602,6 @@ PARSERS: dict[str, Callable[[Command], None]] = {
     "remove": add_remove,
     "show": add_show,
     "result": add_result,
+    "results": add_results,
     "cancel": add_cancel,
 }

@@ -415,8 +415,9 @@ def cmd_settings(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_database(args) as db:
-        stats = [db.queue(args.queue).stats()] if args.queue else db.stats()
+        stats = [db.queue(q).stats() for q in dict.fromkeys(args.queue)] if args.queue else db.stats()
         horizon = None if args.json else _horizon(db)
+        last_minute = _last_minute(db, [s.queue for s in stats])
     if args.json:
         for s in stats:
             print(
@@ -429,16 +430,35 @@ def cmd_stats(args: argparse.Namespace) -> int:
                         "dead": s.dead,
                         "oldest_ready_age_s": s.oldest_ready_age_s,
                         "paused": s.paused,
+                        "last_minute": last_minute.get(s.queue),
                     }
                 )
             )
     elif not stats:
         print(f"no queues (create one with `{PROG} create QUEUE`)")
     else:
-        print(format_stats_table(stats))
+        print(format_stats_table(stats, last_minute))
     if horizon is not None and (horizon.oldest_age_s or 0) >= HORIZON_WARN_S:
         print(f"{PROG}: {format_horizon(horizon)} (docs/operations.md, A long transaction)", file=sys.stderr)
     return EXIT_OK
+
+
+def _last_minute(db: Any, queues: list[str]) -> dict[str, int | None]:
+    """Per queue, the messages that left it in the last minute (committed, dead-lettered, moved or
+    popped: queue_throughput, from its history), None for a queue that keeps no history (nothing
+    to tell) or when the account may not read it."""
+    if not queues:
+        return {}
+    try:
+        keeping = {s.queue for s in db.settings() if s.history_retention is not None} & set(queues)
+        rows = db.throughput(since=dt.timedelta(minutes=1)) if keeping else []
+    except errors.QueueError:
+        return {}
+    done: dict[str, int | None] = {q: (0 if q in keeping else None) for q in queues}
+    for r in rows:
+        if r.queue in keeping:
+            done[r.queue] = (done[r.queue] or 0) + r.committed + r.dead_lettered + r.moved + r.popped
+    return done
 
 
 def _horizon(db: Any) -> Any:
@@ -644,8 +664,13 @@ def add_settings(command: Command) -> None:
 
 
 def add_stats(command: Command) -> None:
-    p = command("stats", cmd_stats, "show queue depths. " + STATS_LEGEND)
-    p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
+    p = command(
+        "stats",
+        cmd_stats,
+        "show queue depths, and the messages that left each queue in the last minute (a queue that "
+        "keeps history; - for one that does not). " + STATS_LEGEND,
+    )
+    p.add_argument("queue", metavar="QUEUE", nargs="*", help="the queues to show (default: all)")
     p.add_argument(
         "--json", action="store_true", help="one JSON object per queue (the table's columns, unformatted)"
     )

@@ -347,6 +347,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     logger.setLevel(getattr(logging, args.log_level.upper()))
     try:
         try:
+            if args.retry_base > args.retry_max:  # (RetryPolicy refuses it too, naming its own fields)
+                raise UsageError(
+                    f"--retry-base {args.retry_base:g} is above --retry-max {args.retry_max:g}, the cap of "
+                    f"every delay (300 s unless given): give --retry-max {args.retry_base:g} or more"
+                )
             retry = RetryPolicy(
                 base=args.retry_base,
                 factor=args.retry_factor,

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from .. import errors
-from ..client import Database, ParentResult, connect
+from ..client import Database, ParentResult, Result, connect
 from ..errors import UnknownTaskError
-from ..timetravel import advance_clock, seconds_of
+from ..timetravel import advance_clock, seconds_of, settle_schedules
 from ..worker.model import Job
 from ..worker.policy import RetryPolicy
 from .batches import BatchTask, batch_task
@@ -25,7 +25,16 @@ from .canvas import defer_canvas
 from .conversion import Mismatch, from_json
 from .periodic import Periodic, declare, every_seconds, schedule
 from .running import Middleware, RunReport, current_job, task_handler
-from .task import Task, TaskCall, TaskGroup, TaskHandle, TaskOptions, batches_of, handles_of
+from .task import (
+    Task,
+    TaskCall,
+    TaskGroup,
+    TaskHandle,
+    TaskOptions,
+    batches_of,
+    check_rate_limit,
+    handles_of,
+)
 
 if TYPE_CHECKING:
     from ..aio.client import AsyncDatabase
@@ -90,12 +99,28 @@ class App:
     """A set of tasks on one database: defines them (@app.task), enqueues them (Task.defer),
     and builds the worker that runs them (app.worker(), or `pyqueue-sql worker module:app`)."""
 
-    def __init__(self, database: str | Database | AsyncDatabase | None = None, *, queue: str = DEFAULT_QUEUE):
+    def __init__(
+        self,
+        database: str | Database | AsyncDatabase | None = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        routes: Iterable[str] = (),
+    ):
         """`database`: a DSN, or a Database / AsyncDatabase of yours; None: the DSN in the
-        PYQUEUE_DSN environment variable (as the CLI reads it), when the app needs one."""
+        PYQUEUE_DSN environment variable (as the CLI reads it), when the app needs one. `queue`:
+        the queue of the tasks that name none. `routes`: queues a call may be routed to besides its
+        task's own (``task.configure(queue="priority")``, Celery's ``apply_async(queue=...)``): the
+        app's workers serve them too, running each of the app's tasks (but batch tasks) by its
+        kind, and app.create_queues() creates them."""
         self._dsn: str | None = database if isinstance(database, str) else None
         self._db = None if isinstance(database, str) else database
         self.default_queue = queue
+        if isinstance(routes, str):
+            routes = (routes,)
+        self.routes: tuple[str, ...] = tuple(dict.fromkeys(routes))
+        for r in self.routes:
+            if not isinstance(r, str) or not r:
+                raise errors.InvalidArgumentError(f"routes are queue names, not {r!r}")
         self.tasks: dict[tuple[str, str], Task[Any, Any]] = {}
         self.middlewares: list[Middleware] = []
         self.periodic_tasks: list[Periodic] = []
@@ -137,6 +162,7 @@ class App:
         priority: int | None = None,
         group: str | None = None,
         store_result: bool = False,
+        rate_limit: str | None = None,
     ) -> Callable[[Callable[..., Any]], BatchTask[Any]]: ...
 
     @overload
@@ -150,6 +176,7 @@ class App:
         priority: int | None = None,
         group: str | None = None,
         store_result: bool = False,
+        rate_limit: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # (mypy: the factory's P, R are bound by its result's call)
@@ -166,6 +193,7 @@ class App:
         store_result: bool = False,
         batch: int | None = None,
         batch_linger: float = 0.0,
+        rate_limit: str | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Decorator: makes a function (def or async def) a task of this app, on `queue` (the
         app's default queue) as `kind` (the function's name). `retry` is the policy of this kind
@@ -174,13 +202,18 @@ class App:
         (as JSON, by the return annotation) for handle.result(); its queue must keep results
         (app.create_queues() gives it a result retention). `batch=N`: a batch task (BatchTask,
         pyqueue_sql.tasks.batches): the function takes a list of up to N items, each one job, and
-        returns one outcome per item; `batch_linger` the seconds a batch not full waits for more."""
+        returns one outcome per item; `batch_linger` the seconds a batch not full waits for more.
+        `rate_limit` (Celery's spelling): "N/s", "N/m" or "N/h", at most N jobs of this kind start
+        in any window of a second, a minute or an hour, on each of its queues (the contract's
+        rate, queue_set_rate: exact in every window, whatever the number of workers), set by
+        app.create_queues() (and `pyqueue-sql setup`); a bad spelling is refused here."""
 
         def make(fn: Callable[P, R]) -> Task[P, R]:
             if timeout is not None and (
                 isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
             ):
                 raise errors.InvalidArgumentError(f"timeout must be seconds > 0 (or None), not {timeout!r}")
+            rate = None if rate_limit is None else check_rate_limit(rate_limit, kind or fn.__name__)
             made: dict[str, Any] = dict(
                 queue=queue or self.default_queue,
                 kind=kind or fn.__name__,
@@ -198,6 +231,7 @@ class App:
                 raise errors.InvalidArgumentError(
                     f"the app already has a task {t.kind!r} on queue {t.queue!r}"
                 )
+            t.rate_limit = rate
             self.tasks[(t.queue, t.kind)] = t
             return t
 
@@ -276,7 +310,8 @@ class App:
         return fn
 
     def queues(self) -> list[str]:
-        return sorted({q for q, _ in self.tasks})
+        """The queues of the app's tasks and its routes."""
+        return sorted({q for q, _ in self.tasks} | set(self.routes))
 
     # -- the databases defer uses ------------------------------------------------------
     def database(self) -> Database:
@@ -318,13 +353,17 @@ class App:
         self, *, result_retention: Any = None, db: Database | None = None, **settings: Any
     ) -> list[Periodic]:
         """Creates the queues of the app's tasks (Queue.create: an existing one gets the settings
-        given, nothing else). A queue with a ``store_result=True`` task keeps results for
+        given, nothing else), and the ``rate_limit`` of each task on each queue it runs on (a rate
+        set otherwise, by `pyqueue-sql queue rate`, stays unless a task declares one). A queue
+        with a ``store_result=True`` task (a route: any) keeps results for
         `result_retention` (seconds or a timedelta), by default DEFAULT_RESULT_RETENTION (a day)
         when it keeps none yet. Then the schedules of the app's periodic tasks
         (schedule_periodic): returns those it created or replaced. `db`: another Database than
         the app's (an admin's account on the same database, as `pyqueue-sql setup` uses)."""
         db = db if db is not None else self.database()
         storing = {t.queue for t in self.tasks.values() if t.store_result}
+        if any(t.store_result for t in self.tasks.values() if not isinstance(t, BatchTask)):
+            storing |= set(self.routes)
         for q in self.queues():
             queue: Any = db.queue(q)
             queue.create(**settings)
@@ -332,7 +371,37 @@ class App:
                 queue.set_result_retention(result_retention)
             elif q in storing and queue.settings().result_retention is None:
                 queue.set_result_retention(DEFAULT_RESULT_RETENTION)
+            here = [t for (tq, _), t in self.tasks.items() if tq == q]
+            if q in self.routes:
+                here += list(routed_tasks(self, q).values())
+            for t in here:
+                if t.rate_limit is not None:
+                    queue.set_rate(t.kind, t.rate_limit[0], t.rate_limit[1])
         return self.schedule_periodic(db) if self.periodic_tasks else []
+
+    def results(
+        self,
+        queue: str | None = None,
+        *,
+        kind: str | None = None,
+        state: str | None = None,
+        n: int | None = None,
+        before: dt.datetime | dt.timedelta | None = None,
+    ) -> list[Result]:
+        """The finished jobs kept on the app's queues (or on `queue`), newest first (Queue.results,
+        queue_results, on each): up to n (None: 100) of them, of one kind and one state
+        ('succeeded', 'failed', 'cancelled') when given, finished before `before` (None: now; the
+        next page: the last one's finished_at). Only a queue that keeps results has any
+        (result_retention). ``task.results(...)`` lists one task's."""
+        limit = 100 if n is None else n
+        db: Any = self.database()
+        found: list[Result] = []
+        for q in [queue] if queue is not None else self.queues():
+            found += db.queue(q).results(kind=kind, state=state, n=limit, before=before)
+        found.sort(
+            key=lambda r: r.finished_at or dt.datetime.min.replace(tzinfo=dt.timezone.utc), reverse=True
+        )
+        return found[:limit]
 
     def handle(self, queue: str, key: str, kind: str) -> TaskHandle[Any]:
         """A handle on the job (queue, key, kind), e.g. from a key kept elsewhere: its status,
@@ -450,17 +519,6 @@ class App:
                 values.append(r.result)
         return values
 
-    def _unknown_kind(self, queue: str) -> Callable[[Job], Any]:
-        known = sorted(k for q, k in self.tasks if q == queue)
-
-        def unknown(job: Job) -> None:
-            raise UnknownTaskError(
-                f"no task of this app has kind {job.kind!r} on queue {queue!r} (its tasks there: "
-                f"{', '.join(known)})"
-            )
-
-        return unknown
-
     def worker(
         self, *, queues: Sequence[str] | None = None, dsn: str | None = None, **settings: Any
     ) -> Worker | AsyncWorker:
@@ -479,6 +537,12 @@ class App:
                 f"the app has no task on queue {sorted(missing)[0]!r} (its queues: {', '.join(self.queues())})"
             )
         tasks = [t for (q, _), t in self.tasks.items() if q in wanted]
+        # a route's tasks, by kind: each runs there as on its own queue
+        tasks += [
+            t._copy(queue=r)
+            for r in sorted(wanted & set(self.routes))
+            for t in routed_tasks(self, r).values()
+        ]
         if not tasks:
             raise errors.InvalidArgumentError("the app has no tasks")
         batched = [t for t in tasks if isinstance(t, BatchTask)]
@@ -514,7 +578,7 @@ class App:
                 every_kind=sum(q == bt.queue for q, _ in self.tasks) == 1,
             )
         for q in sorted(wanted - {bt.queue for bt in batched}):  # (a catch-all would take a batch kind)
-            worker.add_handler(q, self._unknown_kind(q))
+            worker.add_handler(q, _unknown_kind(self, q))
         worker.on_thread_end.append(self.close)  # the connections its tasks opened on a thread
         return worker
 
@@ -570,6 +634,38 @@ class App:
                 return report
 
 
+def _unknown_kind(app: App, queue: str) -> Callable[[Job], Any]:
+    known = sorted(
+        {k for q, k in app.tasks if q == queue} | set(routed_tasks(app, queue) if queue in app.routes else ())
+    )
+
+    def unknown(job: Job) -> None:
+        raise UnknownTaskError(
+            f"no task of this app has kind {job.kind!r} on queue {queue!r} (its tasks there: "
+            f"{', '.join(known)})"
+        )
+
+    return unknown
+
+
+def routed_tasks(app: App, queue: str) -> dict[str, Task[Any, Any]]:
+    """The tasks a worker runs by kind on a route queue: every task of the app but batch tasks
+    and those of a kind declared on that queue itself (InvalidArgumentError when two tasks of
+    the app share a kind: a message names only its kind)."""
+    own = {k for q, k in app.tasks if q == queue}
+    out: dict[str, Task[Any, Any]] = {}
+    for (q, k), t in app.tasks.items():
+        if k in own or isinstance(t, BatchTask):
+            continue
+        if k in out:
+            raise errors.InvalidArgumentError(
+                f"route {queue!r}: two tasks of kind {k!r} (on {out[k].queue!r} and {q!r}): give one of them "
+                "another kind="
+            )
+        out[k] = t
+    return out
+
+
 # -- run_pending's passes ----------------------------------------------------------------
 def _pending_worker(app: App, queues: Sequence[str] | None, settings: dict[str, Any]) -> Any:
     settings = {"concurrency": 1, "prefetch": 0, "register": False, "listen": False, **settings}
@@ -600,6 +696,7 @@ def _ready_after_pass(app: App, worker: Any, own_connection: bool = False) -> bo
     connection of its own, closed after: run_pending_async asks from a pool's thread.)"""
     db: Any = connect(worker.dsn) if own_connection else app._worker_database()
     try:
+        settle_schedules(db)  # a periodic task's next occurrence, on a test database whose clock moved
         return any(db.queue(name).next_scheduled_at()[1] == 0 for name in worker.routes)
     finally:
         if own_connection:

@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import inspect
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
@@ -63,6 +64,7 @@ class TaskApp(Protocol):
     this module)."""
 
     tasks: dict[tuple[str, str], Task[Any, Any]]
+    routes: tuple[str, ...]
 
     def database(self) -> Database: ...
 
@@ -71,6 +73,16 @@ class TaskApp(Protocol):
     def defer_many(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
 
     def parent_results_of(self, job: Job, task: Task[Any, Any]) -> list[Any]: ...
+
+    def results(
+        self,
+        queue: str | None = None,
+        *,
+        kind: str | None = None,
+        state: str | None = None,
+        n: int | None = None,
+        before: dt.datetime | dt.timedelta | None = None,
+    ) -> list[Result]: ...
 
     async def defer_many_async(self, calls: Iterable[TaskCall[Any]]) -> list[TaskHandle[Any]]: ...
 
@@ -109,9 +121,25 @@ class TaskHandle(Generic[R]):
         """The job's state now (Queue.result): 'ready', 'delayed', 'reserved', 'blocked',
         'waiting' (deferred with after=: its parents have not all succeeded) while it is live;
         'succeeded', 'failed', 'cancelled' once it finished (on a queue that keeps results);
+        'dead' when the queue keeps no result of it but its message is in the queue's dead-letter
+        queue (dead-lettered from this queue; its last_error is the dead letter's);
         'unknown' otherwise."""
         state: Result = self._queue().result(self.key, self.kind)
-        return state
+        return self._or_dead(state)
+
+    def _or_dead(self, state: Result) -> Result:
+        """state, or when it is 'unknown' and the job's message is a dead letter of its queue (in
+        the queue's dead-letter queue, dead-lettered from it), the 'dead' Result of it."""
+        if state.state != "unknown":
+            return state
+        dead_letter_queue = self._queue().settings().dead_letter_queue
+        if dead_letter_queue is None:
+            return state
+        letter: Any = self._app().database().queue(dead_letter_queue).message(self.key, self.kind)
+        if letter is None or letter.dead_from != self.queue:
+            return state
+        # (its attempts start over in the dead-letter queue: not the job's)
+        return Result(self.queue, self.key, self.kind, "dead", last_error=letter.last_error)
 
     def progress(self) -> JSONValue:
         """The last progress its handler reported (job.set_progress), None before any."""
@@ -131,7 +159,7 @@ class TaskHandle(Generic[R]):
         TimeoutError when it has not finished within timeout seconds (None: no end), and
         ResultNotFoundError when there is neither a live job nor a stored result. (The type says R:
         a task that does not store its result gives None whatever it returned.)"""
-        return self._outcome(self._queue().wait_result(self.key, self.kind, timeout))
+        return self._outcome(self._or_dead(self._queue().wait_result(self.key, self.kind, timeout)))
 
     async def result_async(self, timeout: float | dt.timedelta | None = None) -> R:
         """result(), awaited on the app's asyncio database (many handles may wait at once: they
@@ -142,7 +170,10 @@ class TaskHandle(Generic[R]):
     def _outcome(self, r: Result) -> R:
         where = f"task {self.kind!r} ({self.queue}/{self.key})"
         if r.state == "succeeded":
-            t = None if self.app is None else self.app.tasks.get((self.queue, self.kind))
+            tasks = {} if self.app is None else self.app.tasks
+            t = tasks.get((self.queue, self.kind))
+            if t is None:  # a call routed to another queue (configure(queue=)): its task by kind
+                t = next((x for (_, k), x in tasks.items() if k == self.kind), None)
             hint = Any if t is None else t.hints.get("return", Any)
             try:
                 value: R = None if r.result is None else from_json(r.result, hint)  # type: ignore[assignment]
@@ -152,6 +183,10 @@ class TaskHandle(Generic[R]):
         if r.state == "failed":
             raise errors.TaskFailed(
                 f"{where} failed after {r.attempts} attempt(s): {r.last_error}", r.last_error, r.attempts
+            )
+        if r.state == "dead":
+            raise errors.TaskFailed(
+                f"{where} failed and is in the dead-letter queue: {r.last_error}", r.last_error
             )
         if r.state == "cancelled":
             raise errors.TaskCancelled(f"{where} was cancelled")
@@ -202,8 +237,8 @@ class TaskGroup(Generic[R]):
         out: list[Result] = []
         for h in self.handles:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            r: Result = h._queue().wait_result(h.key, h.kind, left)
-            if raise_timeout and not r.finished and r.state != "unknown":
+            r: Result = h._or_dead(h._queue().wait_result(h.key, h.kind, left))
+            if raise_timeout and not r.finished and r.state not in ("unknown", "dead"):
                 raise TimeoutError(
                     f"group of {len(self.handles)}: task {h.kind!r} ({h.queue}/{h.key}) has not finished "
                     f"(state {r.state})"
@@ -217,15 +252,15 @@ class TaskGroup(Generic[R]):
 
     @property
     def state(self) -> str:
-        """'succeeded' when every job succeeded; 'failed' once one failed or is unknown (and none
+        """'succeeded' when every job succeeded; 'failed' once one failed, is dead or unknown (and none
         is live), 'cancelled' when one was cancelled and none failed; 'pending' while one is
         live (ready, delayed, reserved, waiting...)."""
         states = set(self.states())
         if states <= {"succeeded"}:
             return "succeeded"
-        if states & {"succeeded", "failed", "cancelled", "unknown"} != states:
+        if states & {"succeeded", "failed", "cancelled", "unknown", "dead"} != states:
             return "pending"
-        return "failed" if states & {"failed", "unknown"} else "cancelled"
+        return "failed" if states & {"failed", "unknown", "dead"} else "cancelled"
 
     def completed_count(self) -> int:
         """How many jobs succeeded."""
@@ -257,7 +292,7 @@ class TaskCall(Generic[R]):
         o = self.task.options
         key = o.key if o.key is not None else new_key()
         if o.after is not None or o.run_on is not None:
-            _, push_after = self.task._after_push(key, self.payload)  # (refused in one line as defer's)
+            _, push_after = _after_push(self.task, key, self.payload)  # (refused in one line as defer's)
             return key, push_after
         headers = headers_now(o)
         if o.run_at is None and o.priority is None and o.group is None and headers is None:
@@ -326,6 +361,8 @@ def handles_of(app: TaskApp, listed: list[TaskCall[Any]], batches: list[Batch]) 
 @dataclasses.dataclass(frozen=True)
 class TaskOptions:
     key: str | None = None
+    # the queue this call is routed to (configure(queue=)); None: the task's own
+    queue: str | None = None
     run_at: dt.datetime | dt.timedelta | None = None
     priority: int | None = None
     group: str | None = None
@@ -339,6 +376,32 @@ class TaskOptions:
 
 
 EXPIRES_HEADER = "pyqueue.expires_at"
+
+# @app.task(rate_limit=)'s units (Celery's spelling): the window's length in seconds
+RATE_UNITS = {"s": 1, "m": 60, "h": 3600}
+MAX_RATE_LIMIT_N = 10000  # queue_set_rate's bound on n
+
+
+def check_rate_limit(rate_limit: object, kind: str) -> tuple[int, int]:
+    """@app.task(rate_limit=)'s value, checked: "N/s", "N/m" or "N/h" with N a whole number from 1
+    to 10000 (the contract's bound), as (N, the window in seconds); anything else is
+    InvalidArgumentError in one line, when the task is defined."""
+    m = (
+        re.fullmatch(r"\s*([-+]?[0-9]+)\s*/\s*([smh])\s*", rate_limit)
+        if isinstance(rate_limit, str)
+        else None
+    )
+    if m is None:
+        raise errors.InvalidArgumentError(
+            f'task {kind!r}: rate_limit must be "N/s", "N/m" or "N/h" (N jobs a second, a minute or '
+            f"an hour), not {rate_limit!r}"
+        )
+    n = int(m.group(1))
+    if not 1 <= n <= MAX_RATE_LIMIT_N:
+        raise errors.InvalidArgumentError(
+            f"task {kind!r}: rate_limit {rate_limit!r}: N must be from 1 to {MAX_RATE_LIMIT_N}"
+        )
+    return n, RATE_UNITS[m.group(2)]
 
 
 def check_expires(expires: object) -> dt.datetime | dt.timedelta:
@@ -376,6 +439,24 @@ def headers_now(o: TaskOptions) -> Mapping[str, object] | None:
     when = o.expires if isinstance(o.expires, dt.datetime) else dt.datetime.now(dt.timezone.utc) + o.expires
     stamp = when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {**(o.headers or {}), EXPIRES_HEADER: stamp}
+
+
+def _check_route(task: Task[Any, Any], queue: object) -> None:
+    """configure(queue=)'s queue, checked: the task's own, or one of its app's routes, where the
+    app's workers run the task by kind (InvalidArgumentError otherwise, in one line)."""
+    if not isinstance(queue, str) or not queue:
+        raise errors.InvalidArgumentError(f"task {task.kind!r}: queue must be a queue's name, not {queue!r}")
+    if queue == task.queue:
+        return
+    if queue not in task.app.routes:
+        raise errors.InvalidArgumentError(
+            f"task {task.kind!r} cannot be routed to queue {queue!r}: no worker of the app would run it "
+            f"there (its queue is {task.queue!r}; declare the route with App(routes=[{queue!r}]))"
+        )
+    if getattr(task, "batch_fn", None) is not None:  # a BatchTask: its lane serves its own queue
+        raise errors.InvalidArgumentError(
+            f"batch task {task.kind!r} runs on its own queue {task.queue!r}, not on a route"
+        )
 
 
 def _parents_of(handles: Iterable[Any]) -> tuple[dict[str, str | None], ...]:
@@ -509,6 +590,8 @@ class Task(Generic[P, R]):
         self.retry = retry
         self.timeout = timeout
         self.store_result = store_result
+        # @app.task(rate_limit=): (n, window in seconds), set on its queues by app.create_queues()
+        self.rate_limit: tuple[int, int] | None = None
         self.options = options
         self.db = db
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -560,6 +643,7 @@ class Task(Generic[P, R]):
     def configure(
         self,
         *,
+        queue: str | None = None,
         key: str | None = None,
         run_at: dt.datetime | dt.timedelta | None = None,
         priority: int | None = None,
@@ -569,7 +653,10 @@ class Task(Generic[P, R]):
         run_on: Literal["success", "failure", "always"] | None = None,
         expires: dt.datetime | dt.timedelta | float | None = None,
     ) -> Task[P, R]:
-        """A copy of the task for one defer: a key of your choosing (a unique job: a live message
+        """A copy of the task for one defer (or for the calls of defer_many). queue: routes the
+        call to that queue (Celery's ``apply_async(queue=...)``): the task's own queue or one of the
+        app's ``App(routes=...)``, where the app's workers run every task by its kind; any other is
+        InvalidArgumentError here, not a job no worker runs. A key of your choosing (a unique job: a live message
         with that key and kind is not enqueued again), a run_at (a time, or a delay), a priority,
         a FIFO group, headers (a dict of str to JSON values the job carries beside its arguments:
         current_job().headers in the task; the current trace context is added to them when
@@ -580,8 +667,8 @@ class Task(Generic[P, R]):
         until every parent has succeeded (queue_push_after), and is cancelled when one fails or is
         cancelled. Its queue and the parents' must keep results. With run_at it runs at the later
         of run_at and its parents' end; priority, headers and expires apply as without parents; a
-        group does not combine with it (InvalidArgumentError), nor is it deferred in bulk
-        (defer_many).
+        group does not combine with it (InvalidArgumentError). Calls with after= are deferred in
+        bulk too: defer_many sends them in one queue_push_after_batch per queue.
 
         run_on (with after=): "success" (the default) as above; "failure", a failure callback
         (Celery's link_error): it runs once, when a parent fails for good (dead-lettered, dropped
@@ -597,9 +684,13 @@ class Task(Generic[P, R]):
             check_run_on(run_on)
         if expires is not None:
             expires = check_expires(expires)
+        if queue is not None:
+            _check_route(self, queue)
         o = self.options
         return self._copy(
+            queue=self.queue if queue is None else queue,
             options=TaskOptions(
+                queue=o.queue if queue is None else queue,
                 key=o.key if key is None else key,
                 run_at=o.run_at if run_at is None else run_at,
                 priority=o.priority if priority is None else priority,
@@ -608,7 +699,7 @@ class Task(Generic[P, R]):
                 after=o.after if after is None else _parents_of(after),
                 run_on=o.run_on if run_on is None else run_on,
                 expires=o.expires if expires is None else expires,
-            )
+            ),
         )
 
     def using(self, db: Database | AsyncDatabase) -> Task[P, R]:
@@ -678,6 +769,18 @@ class Task(Generic[P, R]):
             kwargs[occurrence[0]] = at if occurrence[1] == "datetime" else int(at.timestamp())
         return kwargs
 
+    def results(
+        self,
+        *,
+        state: str | None = None,
+        n: int | None = None,
+        before: dt.datetime | dt.timedelta | None = None,
+    ) -> list[Result]:
+        """The finished jobs of this task kept on its queue, newest first (app.results of its
+        queue and kind: up to n, None 100; of one state when given; finished before `before`)."""
+        found: list[Result] = self.app.results(self.queue, kind=self.kind, state=state, n=n, before=before)
+        return found
+
     # -- inside a child (after=) ---------------------------------------------------------
     @overload
     def parent_results(self: Task[P, collections.abc.Coroutine[Any, Any, T]]) -> list[T]: ...
@@ -716,7 +819,7 @@ class Task(Generic[P, R]):
         key = self.options.key if self.options.key is not None else new_key()
         o = self.options
         if o.after is not None or o.run_on is not None:
-            return self._after_push(key, self.payload(*args, **kwargs))
+            return _after_push(self, key, self.payload(*args, **kwargs))
         push: dict[str, Any] = dict(
             key=key,
             kind=self.kind,
@@ -729,29 +832,6 @@ class Task(Generic[P, R]):
         if headers is not None:
             push["headers"] = headers
         return key, push
-
-    def _after_push(self, key: str, payload: dict[str, JSONValue]) -> tuple[str, dict[str, Any]]:
-        """The arguments of Queue.push_after (one item of push_after_many) of a job configured
-        with after=: its parents, run_on, run_at (due at the later of it and its parents' end),
-        priority and headers (an expiry among them); a group, or run_on without after=, refused."""
-        o = self.options
-        if o.after is None:
-            raise errors.InvalidArgumentError(
-                f"task {self.kind!r}: run_on= says when a job with parents runs: give after="
-            )
-        if o.group is not None:
-            raise errors.InvalidArgumentError(
-                f"task {self.kind!r}: after= cannot be combined with group "
-                "(a job that waits for its parents is in no FIFO group)"
-            )
-        push_after: dict[str, Any] = dict(key=key, kind=self.kind, payload=payload, parents=o.after)
-        if o.run_on not in (None, "success"):
-            push_after["run_on"] = o.run_on
-        headers = headers_now(o)
-        for name, value in (("run_at", o.run_at), ("priority", o.priority), ("headers", headers)):
-            if value is not None:
-                push_after[name] = value
-        return key, push_after
 
     # A handle's type is what the task's function returns, awaited for an async def.
     @overload
@@ -858,6 +938,30 @@ class Task(Generic[P, R]):
         return Signature(self, args, kwargs, immutable=True)
 
 
+def _after_push(task: Task[Any, Any], key: str, payload: dict[str, JSONValue]) -> tuple[str, dict[str, Any]]:
+    """The arguments of Queue.push_after (one item of push_after_many) of a job configured
+    with after=: its parents, run_on, run_at (due at the later of it and its parents' end),
+    priority and headers (an expiry among them); a group, or run_on without after=, refused."""
+    o = task.options
+    if o.after is None:
+        raise errors.InvalidArgumentError(
+            f"task {task.kind!r}: run_on= says when a job with parents runs: give after="
+        )
+    if o.group is not None:
+        raise errors.InvalidArgumentError(
+            f"task {task.kind!r}: after= cannot be combined with group "
+            "(a job that waits for its parents is in no FIFO group)"
+        )
+    push_after: dict[str, Any] = dict(key=key, kind=task.kind, payload=payload, parents=o.after)
+    if o.run_on not in (None, "success"):
+        push_after["run_on"] = o.run_on
+    headers = headers_now(o)
+    for name, value in (("run_at", o.run_at), ("priority", o.priority), ("headers", headers)):
+        if value is not None:
+            push_after[name] = value
+    return key, push_after
+
+
 def _own(task: Task[Any, Any], calls: Iterable[TaskCall[Any]]) -> list[TaskCall[Any]]:
     """The calls, each with this task's configure(...) options (and using()'s database) where
     the call has none of its own: ``task.configure(priority=9).defer_many([task.call(1)])``
@@ -874,7 +978,7 @@ def _own(task: Task[Any, Any], calls: Iterable[TaskCall[Any]]) -> list[TaskCall[
     merged: dict[int, Task[Any, Any]] = {}  # one copy per distinct task of the calls
     out = []
     for c in listed:
-        if isinstance(c, TaskCall) and (c.task.queue, c.task.kind) != (task.queue, task.kind):
+        if isinstance(c, TaskCall) and (c.task.kind, c.task.fn) != (task.kind, task.fn):
             raise errors.InvalidArgumentError(
                 f"task {task.kind!r}: a call of task {c.task.kind!r} (use app.defer_many for several tasks)"
             )
@@ -896,7 +1000,11 @@ def _merged(task: Task[P, R], outer: Task[Any, Any]) -> Task[P, R]:
             for f in dataclasses.fields(TaskOptions)
         }
     )
-    return task._copy(options=options, db=task.db if task.db is not None else outer.db)
+    return task._copy(
+        options=options,
+        db=task.db if task.db is not None else outer.db,
+        queue=options.queue if options.queue is not None else task.queue,
+    )
 
 
 # The headers of a step of a chain or chord (pyqueue_sql.tasks.canvas): the name of the parameter

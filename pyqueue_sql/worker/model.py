@@ -241,22 +241,45 @@ class Route:
 
 @dataclass
 class WorkerStats:
+    """A worker's counters since it started (``worker.stats``; its stop line and status line show
+    them), each counted once the database said so: a message is succeeded when its commit (or the
+    batch commit that held it) was acknowledged, not when its handler returned."""
+
     reserved: int = 0
+    """Messages reserved (queue_reserve, queue_commit_reserve's next ones, a batch lane's reserve)."""
     succeeded: int = 0
-    failed: int = 0  # failed with queue_fail: retried, or dead-lettered after the last attempt
-    lost: int = 0  # commit/rollback returned false: the reservation had expired
+    """Acknowledged successes: a commit (queue_commit, queue_commit_reserve, a message of a
+    queue_commit_batch) that returned true, the reservation still held."""
+    failed: int = 0
+    """Failures recorded by queue_fail: retried later, or dead-lettered / dropped after the last attempt."""
+    lost: int = 0
+    """Commits, batch commits or fails that returned false: the reservation had expired (the
+    message is or was redelivered)."""
     handed_back: int = 0
+    """Messages released back to the queue unstarted (queue_release): prefetched at a stop, or
+    abandoned by their handler at a stop; the attempt not counted."""
     reconnects: int = 0
+    """Connections to the database made again after one was lost."""
     wakeups: int = 0
+    """Wakeups received (a NOTIFY, or a long poll that returned because a message came)."""
     db_calls: int = 0
-    dispatch_errors: int = 0  # non-connection errors in the reserve/dispatch loop (logged, retried)
-    interrupted: int = 0  # handlers that raised KeyboardInterrupt (handed back; the worker stopped)
-    commit_reserves: int = 0  # commits that reserved the next message in the same call
-    ack_batches: int = 0  # queue_commit_batch calls that acknowledged several successes at once
-    lease_low: int = 0  # prefetched messages handed back unstarted: their lease ran low first
-    cancelled: int = 0  # handlers that stopped for a cancel (queue_cancel_held)
-    given_up: int = 0  # ended now, not retried (GiveUp, or an error the policy gives up on)
-    snoozed: int = 0  # given back for later without using an attempt (Snooze)
+    """Calls of the dispatch loop to the database (reserve, wait, commit, fail, release...)."""
+    dispatch_errors: int = 0
+    """Errors other than lost connections in the reserve/dispatch loop (logged, retried)."""
+    interrupted: int = 0
+    """Handlers that raised KeyboardInterrupt (their message handed back; the worker stopped)."""
+    commit_reserves: int = 0
+    """Commits that reserved the next message in the same call (queue_commit_reserve)."""
+    ack_batches: int = 0
+    """queue_commit_batch calls that acknowledged several successes at once."""
+    lease_low: int = 0
+    """Prefetched messages handed back unstarted because their lease ran low first."""
+    cancelled: int = 0
+    """Handlers that stopped for a cancel (queue_cancel_held)."""
+    given_up: int = 0
+    """Messages ended now, not retried (GiveUp, or an error the policy gives up on)."""
+    snoozed: int = 0
+    """Messages given back for later without using an attempt (Snooze)."""
 
 
 class RetryDue:

@@ -47,6 +47,8 @@ class RetryPolicy:
     """Delay before a failed message is eligible again:
     min(max_delay, base * factor ** (attempts - 1)), then multiplied by a random
     factor in [1 - jitter, 1 + jitter] so that failures do not retry in lockstep.
+    The defaults: base 1 s, factor 2, max_delay 300 s (the cap of every delay: 5 minutes), jitter
+    0.2. A base above max_delay is refused (InvalidArgumentError naming both): give max_delay too.
 
     Which failures are retried: ``retry_on`` (an exception class or a tuple; None = every
     exception) and ``give_up_on`` (never retried, even when retry_on matches them). A failure
@@ -64,6 +66,11 @@ class RetryPolicy:
             raise errors.InvalidArgumentError(
                 "RetryPolicy needs base >= 0, factor >= 1, max_delay >= 0 and 0 <= jitter <= 1"
             )
+        if self.base > self.max_delay:
+            raise errors.InvalidArgumentError(
+                f"RetryPolicy base={self.base:g} s is above max_delay={self.max_delay:g} s, the cap of every "
+                f"delay (300 s unless given): give max_delay={self.base:g} or more, or a smaller base"
+            )
         object.__setattr__(self, "retry_on", _exception_types(self.retry_on, "retry_on"))
         object.__setattr__(self, "give_up_on", _exception_types(self.give_up_on, "give_up_on") or ())
 
@@ -80,6 +87,14 @@ class RetryPolicy:
         exponent = max(attempts - 1, 0)
         raw = self.max_delay if exponent > 64 else min(self.max_delay, self.base * self.factor**exponent)
         return float(max(0.0, raw * (1 + self.jitter * (2 * draw - 1))))
+
+
+def retry_time(delay: float) -> str:
+    """When a retry in delay seconds is due, in local time, as the log says it: the time of day,
+    with the date before it when that is not today."""
+    now = dt.datetime.now()
+    at = now + dt.timedelta(seconds=delay)
+    return at.strftime("%H:%M:%S" if at.date() == now.date() else "%Y-%m-%d %H:%M:%S")
 
 
 # The packages whose exceptions come from talking to the database: a driver's message may quote
@@ -248,11 +263,20 @@ class FailurePolicy:
             most = self.state.max_attempts.get(job.queue)
             if most is not None:
                 where += f" of {most}"
-            at = (dt.datetime.now() + dt.timedelta(seconds=delay)).strftime("%H:%M:%S")
+            at = retry_time(delay)
             extra["retry_in_s"] = round(delay, 3)
             extra["next_try_at"] = at
+            if isinstance(error, Retry) and str(error) == f"retry in {error.after:g} s":
+                shown = extra["error"] = "Retry"  # its own text says the delay the line says after it
+            else:
+                shown = text[:500]
             log.warning(
-                "handler failed: %s: %s; retry in %.1f s, at %s", where, text[:500], delay, at, extra=extra
+                "handler failed: %s: %s; retry in %s s, at %s",
+                where,
+                shown,
+                f"{delay:.1f}" if delay < 10 else f"{delay:.0f}",
+                at,
+                extra=extra,
             )
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(

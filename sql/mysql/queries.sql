@@ -178,6 +178,23 @@ UPDATE pyqueue_rate_slot SET used_at = used_at - INTERVAL %(seconds)s SECOND WHE
 -- nothing to start over: MySQL's reserve reads its index from the start
 DO 0
 
+-- name: testing_clock_database
+-- which database the test clock moves (its offset is kept per database)
+SELECT DATABASE() AS name
+
+-- name: testing_settle_occurrences
+-- the test clock: the pending occurrence of a schedule is due at its time (its key's, the schedule's
+-- next_at) less how far the clock moved since the schedule was made; the one a commit has just
+-- pushed is due at its key's time, as if no time had passed
+UPDATE pyqueue_message m
+  JOIN pyqueue_schedule s
+    ON m.queue_name = s.queue_name AND m.p_kind = s.p_kind
+   AND m.p_key = CONCAT(s.p_key, '@', DATE_FORMAT(s.next_at, '%%Y-%%m-%%dT%%H:%%i:%%sZ'))
+   SET m.scheduled_at = s.next_at - INTERVAL %(seconds)s SECOND,
+       m.scheduled_at_initially = s.next_at - INTERVAL %(seconds)s SECOND
+ WHERE s.queue_name = %(queue)s AND s.p_key = %(key)s AND s.p_kind = %(kind)s
+   AND m.reserve_token IS NULL AND m.scheduled_at = m.scheduled_at_initially
+
 
 -- ==== fast paths ====
 -- Two steps of the consume cycle in one call.

@@ -199,6 +199,24 @@ UPDATE pyqueue_rate_slot SET used_at = used_at - make_interval(secs => %(seconds
 -- the messages moved below where the reserve starts reading (which only real time moves up): start it over
 UPDATE pyqueue_ready_from SET ready_from = '-infinity', ready_from_id = NULL, next_from = NULL, next_xid = NULL
 
+-- name: testing_clock_database
+-- which database the test clock moves (its offset is kept per database)
+SELECT pg_catalog.current_database()::text AS name
+
+-- name: testing_settle_occurrences
+-- the test clock: the pending occurrence of a schedule is due at its time (its key's, the schedule's
+-- next_at) less how far the clock moved since the schedule was made; the one a commit has just
+-- pushed is due at its key's time, as if no time had passed
+UPDATE pyqueue_message m
+   SET scheduled_at = s.next_at - make_interval(secs => %(seconds)s),
+       scheduled_at_initially = s.next_at - make_interval(secs => %(seconds)s)
+  FROM pyqueue_schedule s
+ WHERE m.queue_name = s.queue_name AND m.p_kind = s.p_kind
+   AND m.p_key = s.p_key || '@' || to_char(s.next_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+   AND s.queue_name = %(queue)s AND s.p_key = %(key)s AND s.p_kind = %(kind)s
+   AND m.reserve_token IS NULL AND m.scheduled_at = m.scheduled_at_initially
+   AND m.scheduled_at <> s.next_at - make_interval(secs => %(seconds)s)
+
 
 -- ==== fast paths ====
 -- Two steps of the consume cycle in one call.

@@ -42,6 +42,28 @@ def test_create_push_reserve_commit_stats(capsys, dsn):
     assert row[1:5] == ["0", "0", "0", "0"]  # committed: nothing left
 
 
+def test_stats_takes_several_queues_and_says_what_left_each_in_the_last_minute(capsys, dsn, db):
+    kept, plain, other = (f"st.{uuid.uuid4().hex[:8]}" for _ in range(3))
+    db.queue(kept).create(history_retention=3600)
+    db.queue(plain).create()
+    db.queue(other).create()
+    for name in (kept, plain):
+        for n in range(3):
+            db.queue(name).push(f"k{n}", "job", {})
+        for r in db.queue(name).reserve(n=3):
+            db.queue(name).commit(r)
+    code, out, err = run_cli(capsys, "stats", kept, plain, "--dsn", dsn)
+    assert code == 0, err
+    header, _, *rows = out.splitlines()
+    assert header.split()[-2:] == ["last", "minute"]
+    assert [(r.split()[0], r.split()[-1]) for r in rows] == [(kept, "3"), (plain, "-")]  # not `other`
+    code, out, err = run_cli(capsys, "stats", plain, kept, "--json", "--dsn", dsn)
+    assert [(o["queue"], o["last_minute"]) for o in map(json.loads, out.splitlines())] == [
+        (plain, None),
+        (kept, 3),
+    ]
+
+
 def test_user_errors_are_one_line_and_non_zero(capsys, dsn):
     code, _, err = run_cli(capsys, "push", "no-such-queue", "k", "kind", "{}", "--dsn", dsn)
     assert code == 1 and "does not exist" in err and "Traceback" not in err
@@ -88,7 +110,7 @@ def test_help_lists_every_command_in_order(capsys):
     out = capsys.readouterr().out
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("    ") and line[4] != " "]
     assert listed == list(cli.COMMANDS)
-    assert "dashboard" in listed and "cancel" in listed and len(set(listed)) == 34
+    assert "dashboard" in listed and "cancel" in listed and len(set(listed)) == 35
 
 
 @pytest.mark.slow
@@ -101,6 +123,18 @@ def test_migrate_says_what_it_applied(capsys, fresh_database):
     code, out, err = run_cli(capsys, "migrate", "--dsn", target)
     assert code == 0, err
     assert out.splitlines()[0] == f"already at {migrate.head()}"
+
+
+def test_migrate_check_on_an_empty_database_says_so_in_one_line(capsys, fresh_database):
+    target = fresh_database()
+    code, out, err = run_cli(capsys, "migrate", "--check", "--dsn", target)
+    assert code == 1
+    assert out == ""
+    assert (
+        err
+        == "pyqueue-sql: pyqueue-sql is not installed here (no revision recorded): run `pyqueue-sql migrate`\n"
+    )
+    assert migrate.current(target) == ()  # the schema's revisions, for a program: none here
 
 
 def test_migrate_help_names_no_revision(capsys):

@@ -140,3 +140,69 @@ def test_make_test_installs_dev_and_spark(tmp_path):
 def test_make_wheel_builds_into_dist(tmp_path):
     out = make_dry_run("wheel", tmp_path)
     assert "pip wheel" in out and "--wheel-dir dist" in out
+
+
+def _fake_demo_machine(tmp_path):
+    """What `make demo` meets as root on a machine with Java and no JDBC drivers, in fakes: a venv
+    whose pyqueue-sql and python only say they ran (nothing to install: its stamps are fresh), and
+    java, id (root), apt-cache and apt-get on PATH, the last one noting its arguments in apt-get.log."""
+    venv = tmp_path / "venv"
+    fake = tmp_path / "bin"
+    (venv / "bin").mkdir(parents=True)
+    fake.mkdir()
+    scripts = {
+        venv / "bin" / "pyqueue-sql": 'echo "RAN pyqueue-sql $*"',
+        venv / "bin" / "python": 'echo "RAN python $*"',
+        fake / "java": "exit 0",
+        fake / "id": "echo 0",
+        fake / "apt-cache": "exit 0",
+        fake / "apt-get": f'echo "$*" >> {tmp_path / "apt-get.log"}',
+    }
+    for path, body in scripts.items():
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    for stamp in (".installed-demo", ".installed-spark"):
+        (venv / stamp).touch()
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "SKIP_SPARK", "MAKEFLAGS")}
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    env["PYQUEUE_JDBC_DIR"] = str(tmp_path / "no-jars")
+    return venv, env
+
+
+def test_make_demo_says_what_it_installs_with_apt_get_and_why_before_it_does(tmp_path):
+    venv, env = _fake_demo_machine(tmp_path)
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "demo", f"VENV={venv}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream: the lines in the order they were written
+        text=True,
+        timeout=60,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out
+    assert (tmp_path / "apt-get.log").read_text().splitlines()[-1].startswith("install"), out
+    installing = out.index("spark-deps: installing libpostgresql-jdbc-java libmariadb-java with apt-get")
+    said = out[:installing]  # what the reader saw before apt-get ran
+    assert "JDBC" in said and "as root" in said and "apt-get" in said, out
+    assert "libpostgresql-jdbc-java, libmariadb-java" in said and "make demo SKIP_SPARK=1" in said, out
+    assert "RAN python examples/spark_pipeline.py --demo" in out[installing:], out
+
+
+def test_make_demo_skips_the_spark_stage_when_asked(tmp_path):
+    venv, env = _fake_demo_machine(tmp_path)
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "demo", f"VENV={venv}", "SKIP_SPARK=1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "RAN pyqueue-sql demo" in proc.stdout
+    assert "Spark stage SKIPPED (SKIP_SPARK is set)" in proc.stdout
+    assert "apt-get install" not in proc.stdout and "spark_pipeline" not in proc.stdout.replace(
+        "make demo", ""
+    )

@@ -292,3 +292,55 @@ def test_ctrl_c_ends_a_result_wait_in_one_line(dsn, queue, raw, dialect):
             proc.kill()
     assert proc.returncode == 130 and err == "pyqueue-sql: interrupted\n" and out == "", (out, err)
     assert time.monotonic() - sent < 5
+
+
+def test_results_lists_the_finished_jobs_a_queue_keeps_newest_first(capsys, dsn, db):
+    name = f"cli.res.{uuid.uuid4().hex[:8]}"
+    queue = db.queue(name).create()
+    queue.set_result_retention(3600)
+    for key in ("a", "b", "c"):
+        queue.push(key, "report", {})
+    queue.push("d", "other", {})
+    queue.cancel("a", "report")
+    for r in queue.reserve(n=3):
+        if r.key == "b":
+            queue.fail(r, error="ValueError: bad month")  # retried: live, not listed
+        elif r.key == "c":
+            queue.commit_result(r, {"total": 3})
+    code, out, err = run_cli(capsys, "results", name, "--dsn", dsn)
+    assert code == 0 and err == "", err
+    header, rule, *rows = out.splitlines()
+    assert header.split() == [
+        "finished",
+        "at",
+        "key",
+        "kind",
+        "state",
+        "attempts",
+        "result",
+        "/",
+        "last",
+        "error",
+    ]
+    assert [row.split()[3:6] for row in rows] == [["c", "report", "succeeded"], ["a", "report", "cancelled"]]
+    assert rows[0].endswith('{"total": 3}') and rows[0].split()[2] == "UTC"
+    code, out, err = run_cli(capsys, "results", name, "--state", "cancelled", "--json", "--dsn", dsn)
+    assert [json.loads(line)["key"] for line in out.splitlines()] == ["a"]
+    code, out, err = run_cli(capsys, "results", name, "-n", "1", "--kind", "report", "--dsn", dsn)
+    assert len(out.splitlines()) == 3
+    assert one_line(err).startswith("pyqueue-sql: more may be kept: the next page with --before 20")
+    before = one_line(err).rsplit(" ", 1)[1]
+    code, out, err = run_cli(capsys, "results", name, "--before", before, "--dsn", dsn)
+    assert [row.split()[3] for row in out.splitlines()[2:]] == ["a"]
+    code, out, err = run_cli(capsys, "results", name, "--before", "yesterday", "--dsn", dsn)
+    assert code == 2 and "not a time: 'yesterday'" in one_line(err)
+    code, out, err = run_cli(capsys, "results", name, "--state", "lost", "--dsn", dsn)
+    assert code == 2 and "invalid choice: 'lost'" in one_line(err)
+    plain = f"cli.res.{uuid.uuid4().hex[:8]}"
+    db.queue(plain).create()
+    code, out, err = run_cli(capsys, "results", plain, "--dsn", dsn)
+    assert code == 0 and out == ""
+    assert one_line(err) == (
+        f"pyqueue-sql: no finished job kept in {plain} that matches ({plain} keeps no results: "
+        f"`pyqueue-sql create {plain} --result-retention S`)"
+    )

@@ -17,7 +17,7 @@ A fenced block's info string says what it is:
   are commands and the lines under them their output.
 - ```output right after a block: what that block prints, every line of it, in order (blank
   lines ignored, runs of spaces equal; `...` inside a line matches any text, a line that is
-  only `...` any number of lines; `0001_baseline` stands for pyqueue_sql.migrate.head()).
+  only `...` any number of lines; a schema revision is shown as the command prints it).
 - a block without an ```output block (a `$ ` command of a ```console block without lines under
   it) prints nothing: what it prints is compared with nothing. A block whose output is left out
   on purpose says so on the line before it, `<!-- output not shown: why -->`; a console
@@ -173,7 +173,6 @@ def expect_output(expected: str, actual: str, where: str, revision: str, strict:
     `...` inside a line matches any text, a line that is only `...` any number of lines. An
     empty expected output means that nothing is printed. Not strict: the lines shown appear in
     what is printed, in that order, among others."""
-    expected = expected.replace("0001_baseline", revision)
     wanted = [_normal(line) for line in expected.splitlines()]
     wanted = [line for line in wanted if line]
     got = [line for line in (_normal(line) for line in actual.splitlines()) if line]

@@ -148,7 +148,7 @@ def test_a_job_past_its_timeout_is_failed_within_a_second_while_others_keep_flow
 
     if runtime == "asyncio":
 
-        @app.task(timeout=1.0, retry=RetryPolicy(base=600))
+        @app.task(timeout=1.0, retry=RetryPolicy(base=600, max_delay=600))
         async def hang(n: int) -> None:
             await asyncio.sleep(30)
 
@@ -160,7 +160,7 @@ def test_a_job_past_its_timeout_is_failed_within_a_second_while_others_keep_flow
 
     else:
 
-        @app.task(timeout=1.0, retry=RetryPolicy(base=600))
+        @app.task(timeout=1.0, retry=RetryPolicy(base=600, max_delay=600))
         def hang(n: int) -> None:
             release.wait(30)
             late.set()

@@ -116,6 +116,56 @@ def test_a_failed_job_raises_its_last_error(app, db):
     assert handle.status().state == "failed"
 
 
+def test_a_dead_lettered_job_on_a_queue_without_results_says_dead(app, db):
+    @app.task
+    def charge(account: str) -> None:
+        raise ValueError(f"no account {account}")
+
+    dead = db.queue(f"{app.default_queue}.dead").create()
+    app.create_queues(max_attempts=1, dead_letter_queue=dead.name)
+    assert db.queue(app.default_queue).settings().result_retention is None
+    handle = charge.defer("x")
+    kept = charge.configure(key="kept").defer("y")
+    app.run_pending()
+    status = handle.status()
+    assert (status.state, status.last_error) == ("dead", "ValueError: no account x")
+    with pytest.raises(TaskFailed, match="in the dead-letter queue: ValueError: no account x"):
+        handle.result(timeout=1)
+    assert app.group([handle, kept]).state == "failed"
+    dead.remove("kept", "charge")  # gone from the dead-letter queue too: nothing says what it was
+    assert kept.status().state == "unknown"
+
+
+def test_app_and_task_results_list_the_finished_jobs_newest_first(app):
+    @app.task(store_result=True)
+    def double(n: int) -> int:
+        if n < 0:
+            raise ValueError("negative")
+        return 2 * n
+
+    @app.task(queue=f"{app.default_queue}.other", store_result=True)
+    def name() -> str:
+        return "x"
+
+    app.create_queues(max_attempts=1)
+    for n in (1, -1, 3):
+        double.defer(n)
+    name.defer()
+    app.run_pending()
+    mine = double.results()
+    assert sorted((r.state, r.result or 0) for r in mine) == [
+        ("failed", 0),
+        ("succeeded", 2),
+        ("succeeded", 6),
+    ]
+    assert [r.finished_at for r in mine] == sorted((r.finished_at for r in mine), reverse=True)
+    assert [r.state for r in double.results(state="failed")] == ["failed"]
+    assert {r.kind for r in app.results()} == {"double", "name"} and len(app.results()) == 4
+    assert [r.kind for r in app.results(f"{app.default_queue}.other")] == ["name"]
+    earlier = [r for r in mine if r.finished_at < mine[0].finished_at]
+    assert len(double.results(before=mine[0].finished_at)) == len(earlier)
+
+
 def test_a_queued_job_cancelled_never_runs(app):
     ran = []
 

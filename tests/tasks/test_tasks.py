@@ -400,6 +400,8 @@ def test_the_cli_timeout_fails_a_plain_handler_past_it(dsn, db, tmp_path):
             "1",
             "--retry-base",
             "600",
+            "--retry-max",
+            "600",
         ],
         {},
         record,

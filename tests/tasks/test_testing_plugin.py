@@ -130,6 +130,25 @@ def test_a_retry_five_minutes_later(pyqueue_dsn, pyqueue_clock):
     assert app.run_pending().succeeded == 1
     assert pyqueue_clock.advanced == dt.timedelta(minutes=5)
     app.close()
+
+
+hourly_app = App(queue="hourly")
+seen = []
+
+
+@hourly_app.periodic(every=3600)
+def hourly(at: dt.datetime) -> None:
+    seen.append(at)
+
+
+def test_an_hourly_task_runs_once_an_hour(pyqueue_dsn, pyqueue_clock):
+    hourly_app.dsn = pyqueue_dsn
+    hourly_app.create_queues()
+    for hour in range(1, 11):
+        pyqueue_clock.advance(hours=1)
+        hourly_app.run_pending()
+        assert len(seen) == hour
+    hourly_app.close()
 """
 
 
@@ -197,7 +216,7 @@ def test_the_plugin_gives_each_test_an_empty_migrated_database_in_milliseconds(s
         timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "15 passed" in proc.stdout  # the clock's test too
+    assert "16 passed" in proc.stdout  # the clock's tests too
     notes = [json.loads(line) for line in seen.read_text().splitlines()]
     databases = [n["database"] for n in notes if "worker_id" not in n]
     assert all(d.startswith(prefix) for d in databases), databases
@@ -208,8 +227,9 @@ def test_the_plugin_gives_each_test_an_empty_migrated_database_in_milliseconds(s
     # nothing left on the server once the session ended
     assert _databases_named(server.admin_dsn, prefix) == []
     setups = _setups(proc.stdout)
-    assert len(setups) == 15, proc.stdout
+    assert len(setups) == 16, proc.stdout
     setups.pop("test_a_retry_five_minutes_later")  # (the clock's)
+    setups.pop("test_an_hourly_task_runs_once_an_hour")
     # the setups of test_one and test_five made and migrated a database (the session's first, and
     # a new one after test_four changed the schema): what a database per test would cost, measured
     # in the same run on the machine as loaded as it was. The other tests got the session's,

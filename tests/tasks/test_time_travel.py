@@ -72,11 +72,71 @@ def test_advance_leaves_what_is_due_later_and_runs_a_periodic_tasks_occurrences(
     tomorrow.configure(run_at=dt.timedelta(days=1)).defer()
     app.run_pending(advance=dt.timedelta(minutes=59, seconds=59))  # the first occurrence: within the hour
     assert ran.count("hourly") == 1 and "tomorrow" not in ran
-    # the next occurrence is computed from the database's real clock (the hour after the first):
-    # within two hours of the job's time
+    # then one an hour, on the hour of the clock as it moved
     app.run_pending(advance=dt.timedelta(hours=2))
-    assert ran.count("hourly") >= 2 and "tomorrow" not in ran
+    assert ran.count("hourly") == 3 and "tomorrow" not in ran
+    app.database().queue(app.default_queue).unschedule("hourly", "hourly")  # (22 more passes: time)
     app.run_pending(advance=dt.timedelta(hours=22))
-    assert "tomorrow" in ran
+    assert "tomorrow" in ran and ran.count("hourly") == 3
     with pytest.raises(InvalidArgumentError, match="advance must be from 0"):
         app.run_pending(advance=-1)
+
+
+def _hourly(app):
+    seen: list[dt.datetime] = []
+
+    @app.periodic(every=dt.timedelta(hours=1))
+    def hourly(at: dt.datetime) -> None:
+        seen.append(at)
+
+    app.create_queues()
+    return seen
+
+
+def _one_hour_apart(seen):
+    assert all(at.minute == 0 and at.second == 0 for at in seen), seen  # on the hour, each its own
+    assert [b - a for a, b in zip(seen, seen[1:])] == [dt.timedelta(hours=1)] * (len(seen) - 1), seen
+
+
+def test_an_advance_of_ten_hours_runs_an_hourly_tasks_ten_occurrences_in_order(app):
+    seen = _hourly(app)
+    before = dt.datetime.now(dt.timezone.utc)
+    report = app.run_pending(advance=dt.timedelta(hours=10))
+    assert len(seen) == 10 and report.succeeded == 10, seen
+    _one_hour_apart(seen)
+    assert before < seen[0] <= before + dt.timedelta(hours=1)  # the first hour after the start
+
+
+def test_a_schedule_made_after_the_clock_moved_runs_one_occurrence_an_hour_too(app):
+    from pyqueue_sql import connect
+    from pyqueue_sql.timetravel import Clock
+
+    db = connect(app.dsn)
+    try:
+        Clock(db).advance(days=1, minutes=17)
+    finally:
+        db.close()
+    seen = _hourly(app)
+    app.run_pending(advance=dt.timedelta(hours=10))
+    assert len(seen) == 10, seen
+    _one_hour_apart(seen)
+
+
+def test_each_advance_of_an_hour_runs_one_occurrence_and_one_of_ten_hours_runs_ten(app):
+    from pyqueue_sql import connect
+    from pyqueue_sql.timetravel import Clock
+
+    seen = _hourly(app)
+    db = connect(app.dsn)
+    try:
+        clock = Clock(db)
+        for hour in range(1, 11):
+            clock.advance(dt.timedelta(hours=1))
+            assert app.run_pending().succeeded == 1, (hour, seen)
+            assert len(seen) == hour
+        clock.advance(dt.timedelta(hours=10))
+        assert app.run_pending().succeeded == 10 and len(seen) == 20, seen
+        _one_hour_apart(seen)
+        assert app.run_pending().jobs == []  # the next one is in the clock's next hour
+    finally:
+        db.close()

@@ -96,7 +96,7 @@ def test_a_failing_handler_with_a_newline_in_its_key_logs_one_line(dsn, db, tmp_
             "--queue",
             q,
         ]
-        + ["--dsn", dsn, "--no-status", "--retry-base", "600"],
+        + ["--dsn", dsn, "--no-status", "--retry-base", "600", "--retry-max", "600"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_RECORD": str(tmp_path / "record")},
         stdin=subprocess.DEVNULL,

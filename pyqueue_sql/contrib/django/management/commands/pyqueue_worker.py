@@ -240,14 +240,14 @@ class Command(BaseCommand):
                 settings["poll_fallback"] = options["interval"]
             if options["batch"] or options["max_tasks"]:
                 settings["prefetch"] = 0  # reserved only for free handlers (see _limits for --batch)
-            retry = pyqueue_sql.RetryPolicy(
-                base=options["retry_base"],
-                factor=options["retry_factor"],
-                max_delay=options["retry_max"],
-                jitter=options["retry_jitter"],
-            )
             max_tasks = _MaxTasks(options["max_tasks"])
             try:
+                retry = pyqueue_sql.RetryPolicy(  # (a base above the cap: one line, not a traceback)
+                    base=options["retry_base"],
+                    factor=options["retry_factor"],
+                    max_delay=options["retry_max"],
+                    jitter=options["retry_jitter"],
+                )
                 worker = build_worker(backend, queues, after_task=max_tasks, **settings)
             except pyqueue_sql.InvalidArgumentError as exc:
                 raise CommandError(str(exc)) from None
