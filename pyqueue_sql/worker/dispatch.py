@@ -361,17 +361,12 @@ class ReserveLoop:
                 poll = self.settings.poll_min
                 rechecked_due_now = False
                 held.took(all_asked=got == asked, capped=capped)
-                if got == asked or held.on:
-                    continue
-                # Fewer than it asked for: the queue ran out, or a limit held the rest back (then
-                # reserving again at once would find nothing, after reading every message the
-                # limit holds back): whether one is ready still says which.
-            else:
-                yield Hooks(self.on_idle, None)
+                continue
+            yield Hooks(self.on_idle, None)
             # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
             # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
             due, due_now = yield from self.next_due_steps()
-            if due_now and not rechecked_due_now and not held.on and not got:
+            if due_now and not rechecked_due_now and not held.on:
                 # A message came due between the empty reserve and this read (its time was
                 # reached while the round ran, and no wakeup comes for that): one more round at
                 # once. A second 0 in a row is a message held back (below).
@@ -394,7 +389,7 @@ class ReserveLoop:
             if watch and settles.done != seen:
                 continue  # one ended since the reserve: reserve again now
             woke = yield from self.wait_steps(timeout, seen if watch else None)
-            if woke and self.worker.use_listen:
+            if woke and self.worker.use_listen and settles.done == seen:  # a wakeup, not a settle
                 recheck_at = self.state.clock() + self.settings.linger
             # queue_wait watches the next scheduled_at itself, so a timed-out
             # long poll goes straight into the next one (one query per wait).

@@ -4,7 +4,7 @@ free handler and messages are ready, and never waits for its poll fallback for t
 Each worker here has a poll fallback of 60 s, far beyond every bound: a worker that waited for it
 even once (as one held back by a limit did after each fill of the limit's slots, with every
 handler free) fails the bound by a wide margin, whatever the machine's load. The bounds are
-mechanism checks, not timings: a drain of 2,000 no-op messages takes well under a second.
+mechanism checks, not timings: a drain of 500 no-op messages takes well under a second.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from ..helpers import wait_for
 from .test_worker import running
 
 FALLBACK = 60.0  # the poll fallback: a worker that waits for it once fails every bound below
-BOUND = 20.0  # generous: the drain needs well under a second on a quiet machine
-MESSAGES = 2000
+BOUND = 30.0  # generous: the drain needs well under a second on a quiet machine
+MESSAGES = 500
 
 
 def drain(dsn, queue, **push) -> tuple[float, Worker]:
@@ -51,6 +51,7 @@ def drain(dsn, queue, **push) -> tuple[float, Worker]:
     return took, worker
 
 
+@pytest.mark.slow  # MariaDB's limited reserve takes a message at a time: seconds on a loaded machine
 def test_a_limit_that_its_own_messages_fill_never_waits_for_the_poll_fallback(dsn, make_queue):
     # 16 handlers and a prefetch: the worker holds more than the limit's 64 slots allow, so each
     # reserve fills the limit; its own settles free the slots, and no wakeup says so
@@ -96,15 +97,15 @@ def test_a_limit_held_by_another_worker_is_taken_once_freed_without_the_poll_fal
     assert worker.stats.db_calls < 400, "held back, it reserves again only after a while"
 
 
-@pytest.mark.parametrize("capacity", [64])
-def test_held_back_rounds_ask_only_for_what_settled(dsn, make_queue, capacity):
+@pytest.mark.slow  # as above
+def test_held_back_rounds_ask_only_for_what_settled(dsn, make_queue):
     # Held back by a limit its own messages fill, a round asks for as many as settled since the
     # last one: a reserve that asked for more would read past every message the limit holds back.
     # Counted: the worker's reserves against the messages it took.
     queue = make_queue()
-    queue.set_limit("noop", capacity)
-    took, worker = drain(dsn, queue)
+    queue.set_limit("noop", 64)
+    _, worker = drain(dsn, queue)
     stats = worker.stats
     # each round of the drain takes about what a flush of acknowledgements freed; the worker's
     # calls are its reserves, its acknowledgements and a few reads: never one per message
-    assert stats.db_calls < MESSAGES / 4, stats
+    assert stats.db_calls < MESSAGES / 3, stats
