@@ -147,6 +147,8 @@ class HeldBack:
         self.probe = 0  # to ask for beyond what settled (after a wait no settle ended)
         self.last_probe = 0
         self.wait = HELD_MIN
+        self.most = 0  # the most a round got while held back: about the slots free to this worker
+        self.deferred = False  # the last budget() waited for more settles
 
     def start(self) -> None:
         if not self.on:
@@ -154,17 +156,24 @@ class HeldBack:
             self.probe = 0
             self.wait = HELD_MIN
 
-    def budget(self) -> int | None:
-        """How many to ask each queue for in this round (None: not held back)."""
+    def budget(self, busy: bool) -> int | None:
+        """How many to ask each queue for in this round (None: not held back). While its own
+        messages run or await their acknowledgement (busy), it waits until a quarter of the most a
+        round got has settled (0 now): each reserve under a limit reads the limit's slots once,
+        and a round of one message each would read them once a message."""
         count = self.settles.count
         budget = count - self.mark + self.probe
+        self.deferred = self.on and busy and not self.probe and 0 < budget < self.most // 4
+        if self.deferred:
+            return 0
         self.mark = count
         self.last_probe, self.probe = self.probe, 0
         return budget if self.on else None
 
-    def took(self, *, all_asked: bool, capped: bool) -> None:
+    def took(self, got: int, *, all_asked: bool, capped: bool) -> None:
         """A round got messages: all it asked for (all_asked), fewer than it may take (capped)."""
         if self.on and all_asked:
+            self.most = max(self.most, got)
             if not capped:
                 self.on = self.settles.held = False  # it got all it may take: held back no more
             elif self.last_probe:
@@ -327,6 +336,7 @@ class ReserveLoop:
         rechecked_due_now = False  # the last empty round was already followed by one at once
         held = HeldBack(self.state.settles)
         settles = self.state.settles
+        short = False  # the last round that got messages got fewer than it asked for
         while not self.state.stopping.is_set():
             if self.settings.max_jobs is not None and self.state.stats.reserved >= self.settings.max_jobs:
                 yield from self.max_jobs_steps()
@@ -338,7 +348,8 @@ class ReserveLoop:
             if self.state.stopping.is_set():
                 break
             self.state.retry_due.reached(self.state.clock())
-            budget = held.budget()  # None: not held back, each queue is asked for all it may take
+            # None: not held back, each queue is asked for all it may take
+            budget = held.budget(busy=settles.owed > 0 or bool(self.worker._jobs()))
             got = asked = 0
             capped = False
             if budget != 0:
@@ -360,7 +371,15 @@ class ReserveLoop:
             if got:
                 poll = self.settings.poll_min
                 rechecked_due_now = False
-                held.took(all_asked=got == asked, capped=capped)
+                held.took(got, all_asked=got == asked, capped=capped)
+                if got < asked and short and not held.on:
+                    # Fewer than it asked for twice in a row: a limit may hold the rest back (each
+                    # such reserve reads every message it holds back). One ready now says so.
+                    _, due_now = yield from self.next_due_steps()
+                    if due_now:
+                        held.start()
+                        yield from self.held_wait_steps(held)
+                short = got < asked
                 continue
             yield Hooks(self.on_idle, None)
             # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
@@ -372,6 +391,7 @@ class ReserveLoop:
                 # once. A second 0 in a row is a message held back (below).
                 rechecked_due_now = True
                 continue
+            short = False
             rechecked_due_now = due_now
             if due_now:
                 # A message is ready and the reserve did not get it: held back (a concurrency
@@ -399,12 +419,18 @@ class ReserveLoop:
         """Held back: waits until one of this worker's settles ends (at once if one ended since the
         last reserve), a wakeup, or held.wait (twice as long each time up to HELD_MAX, never past
         the poll fallback); then the next round reserves as many as settled meanwhile (a probe of
-        1, doubling, after a wait that no settle of its own ended: slots other workers freed)."""
+        1, doubling, after a wait that no settle of its own ended: slots other workers freed).
+        While messages of its own run or await their acknowledgement, it waits for their settles
+        (up to HELD_MAX), without a probe: a probe the limit holds back reads every message it
+        holds back."""
         seen = held.settles.done
-        if held.settles.count == held.mark:
-            timeout = min(held.wait, self.idle_timeout(self.settings.poll_min, None, None)[0])
+        busy = held.settles.owed > 0 or bool(self.worker._jobs())
+        if held.settles.count == held.mark or held.deferred:
+            timeout = min(
+                HELD_MAX if busy else held.wait, self.idle_timeout(self.settings.poll_min, None, None)[0]
+            )
             yield from self.wait_steps(timeout, seen, True)
-        held.waited(settled=held.settles.done != seen)
+        held.waited(settled=held.settles.done != seen or busy)
 
     def max_jobs_steps(self):
         """The worker took its max_jobs messages: it takes no more, waits for them to end, then

@@ -15,7 +15,7 @@ import pytest
 from pyqueue_sql import InvalidArgumentError
 from pyqueue_sql.client import Renewal, Reservation
 from pyqueue_sql.worker import Job, RetryPolicy, Worker, idle_timeout, wait_left
-from pyqueue_sql.worker.dispatch import HELD_MIN, WAIT_SLICE, RetryDue, earliest_due
+from pyqueue_sql.worker.dispatch import HELD_MAX, HELD_MIN, WAIT_SLICE, RetryDue, earliest_due
 from pyqueue_sql.worker.steps import (
     HARD_STOP,
     RECONNECT,
@@ -319,11 +319,12 @@ def test_a_message_due_between_an_empty_reserve_and_the_next_scheduled_at_is_res
     worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0)
     steps, listen = dispatcher_until_listening(worker, clock, [reservation(key="a")])
     assert listen.deadline == clock.now + 60.0
+    worker._release(worker._pending.get_nowait())  # its handler ended: nothing of its own to settle
     assert listen_until_it_ends(worker, clock, listen.deadline) is False
 
     def empty_round(wait_s: float) -> object:
         assert steps.op == WAIT_SLOTS
-        assert steps.answer().method == "reserve"
+        assert steps.answer().method == "reserve"  # (held back: a probe of 1)
         assert steps.answer([]) == Hooks(worker.on_idle, None)
         assert steps.answer().method == "next_scheduled_at"
         return steps.answer((T0, wait_s))
@@ -354,8 +355,11 @@ def test_a_message_due_between_an_empty_reserve_and_the_next_scheduled_at_is_res
     assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency)
     assert steps.answer([]) == Hooks(worker.on_idle, None)
     assert steps.answer().method == "next_scheduled_at"
-    assert steps.answer((T0, 0.0)) == WAIT_SLOTS
-    later = empty_round(2.0)  # a message due in 2 s: waited for, not polled
+    held = steps.answer((T0, 0.0))  # nothing, and one still ready: held back, a short wait
+    assert isinstance(held, Listen) and clock.now < held.deadline <= clock.now + HELD_MAX
+    clock.now = held.deadline
+    assert steps.answer(False) == WAIT_SLOTS
+    later = empty_round(2.0)  # a message due in 2 s (held back no more): waited for, not polled
     assert isinstance(later, Listen) and later.deadline == pytest.approx(clock.now + 2.0)
 
 
