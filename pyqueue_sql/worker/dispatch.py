@@ -421,8 +421,8 @@ class ReserveLoop:
         the poll fallback); then the next round reserves as many as settled meanwhile (a probe of
         1, doubling, after a wait that no settle of its own ended: slots other workers freed).
         While messages of its own run or await their acknowledgement, it waits for their settles
-        (up to HELD_MAX), without a probe: a probe the limit holds back reads every message it
-        holds back."""
+        up to HELD_MAX before a probe (a probe the limit holds back reads every message it holds
+        back)."""
         seen = held.settles.done
         busy = held.settles.owed > 0 or bool(self.worker._jobs())
         if held.settles.count == held.mark or held.deferred:
@@ -430,7 +430,7 @@ class ReserveLoop:
                 HELD_MAX if busy else held.wait, self.idle_timeout(self.settings.poll_min, None, None)[0]
             )
             yield from self.wait_steps(timeout, seen, True)
-        held.waited(settled=held.settles.done != seen or busy)
+        held.waited(settled=held.settles.done != seen)
 
     def max_jobs_steps(self):
         """The worker took its max_jobs messages: it takes no more, waits for them to end, then
