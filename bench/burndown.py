@@ -56,6 +56,7 @@ class System:
     needs: str = ""  # the Python package it needs
     settings: dict | None = None  # a --variant's worker settings
     extra: bool = False  # run only when named (--tasks, --systems)
+    feature: str = ""  # a --features entry: what install and enqueue set up (common.FEATURES)
 
     def unavailable(self) -> str | None:
         """Why this system cannot run here, or None."""
@@ -73,7 +74,8 @@ class System:
 
     def run(self, *args: str) -> None:
         """install DSN or enqueue DSN JOBS, through the system's own API."""
-        done = subprocess.run(self._command(*args), cwd=ROOT, capture_output=True, text=True)
+        env = os.environ | {"BENCH_FEATURE": self.feature or "plain"}
+        done = subprocess.run(self._command(*args), cwd=ROOT, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"{self.name} {args[0]} failed: {(done.stderr or done.stdout)[-2000:]}")
 
@@ -113,6 +115,12 @@ def variant(text: str, dialect: str) -> System:
     settings = common.worker_settings(rest)
     label = f"`{'Worker' if runtime == 'threads' else 'AsyncWorker'}` {rest or '(defaults)'}"
     return System(text, dialect, label, "py", LIVE, peer=False, settings=settings)
+
+
+def feature(name: str, dialect: str) -> System:
+    """A --features entry: `pyqueue-sql worker` (a plain def handler) on a queue with that feature on."""
+    label = f"`pyqueue-sql worker`, {name}" + ("" if name == "plain" else f" ({common.FEATURES_SAID[name]})")
+    return System(f"pyqueue-cli:{name}", dialect, label, "cli", LIVE, peer=False, feature=name)
 
 
 LIVE = "SELECT count(*) FROM pyqueue_message"
@@ -363,6 +371,11 @@ def main() -> None:
         ("--batch", 0, "`pyqueue-sql worker`: an @app.task against the same job as a batch task of N"),
     )
     ap.add_argument("--variant", action="append", help="pyqueue-sql's worker: threads|asyncio[:a=b,...]")
+    ap.add_argument(
+        "--features",
+        help="`pyqueue-sql worker` on a queue with each feature, as a ratio of plain: "
+        + ",".join(common.FEATURES),
+    )
     args = ap.parse_args()
     BATCH[0] = args.batch or BATCH[0]
     if args.tasks or args.batch:
@@ -376,8 +389,14 @@ def main() -> None:
     workloads = common.names(args.workloads, WORKLOADS, ap, "workloads")
     states = common.names(args.states, STATES, ap, "states")
     wanted = set(common.names(args.systems, sorted({s.name for s in SYSTEMS}), ap, "systems"))
-    chosen = lambda s: s.name in wanted if wanted else not s.extra and not args.variant  # noqa: E731
+    global PROCESSES
+    features = common.names(args.features, list(common.FEATURES), ap, "features") if args.features else []
+    PROCESSES = 1 if features else PROCESSES  # one `pyqueue-sql worker`, as a user starts it
+    if features and features[0] != "plain":
+        features = ["plain", *(f for f in features if f != "plain")]  # the ratios' reference, first
+    chosen = lambda s: s.name in wanted if wanted else not s.extra and not args.variant and not features  # noqa: E731
     systems = [s for s in SYSTEMS if s.dialect in dialects and chosen(s)]
+    systems += [feature(f, d) for d in dialects for f in features]
     systems += [variant(v, d) for d in dialects for v in args.variant or []]
     unavailable: dict[str, dict[str, str]] = {}
     for s in systems:
@@ -394,6 +413,7 @@ def main() -> None:
     meta["baseline"] = {d: firsts[d] if d in peerless else None for d in dialects}
     results: list[dict] = []
     mode = "-tasks" if args.tasks else "-batch" if args.batch else "-variants" if args.variant else ""
+    mode = "-features" if features else mode
     out = args.out or os.path.join(HERE, "results" if args.quick or mode else "latest")
     name = args.name or "burndown" + mode
 

@@ -319,8 +319,50 @@ def chunks(n: int, size: int = 1000, start: int = 0):
     return (range(i, min(start + n, i + size)) for i in range(start, start + n, size))
 
 
-def push_jobs(dsn: str, jobs: int, queue: str, start: int = 0) -> None:
-    """A backlog of no-op jobs (kind noop, payload {"n": i}) pushed by pyqueue-sql's client, 1,000 a call."""
+# The burn-down's features (burndown.py --features): what each sets on the queue, as its users would,
+# each chosen not to bind the worker (a limit above its handlers, a rate above its drain), or, for
+# groups and priorities, what the backlog's messages carry (200 groups of at most 8 in flight; ten
+# priorities).
+FEATURES = {
+    "plain": lambda q: None,
+    "limit": lambda q: q.set_limit("noop", 64),
+    "rate": lambda q: q.set_rate(None, 10000, 0.1),
+    "groups": lambda q: q.set_group_limit(None, 8),
+    "history": lambda q: q.create(history_retention=3600),
+    "results": lambda q: q.set_result_retention(3600),
+    "priorities": lambda q: None,
+}
+
+
+FEATURES_SAID = {
+    "limit": '`set_limit("noop", 64)`',
+    "rate": "`set_rate(None, 10000, 0.1)`",
+    "groups": "200 FIFO groups, `set_group_limit(None, 8)`",
+    "history": "history kept an hour",
+    "results": "results kept an hour",
+    "priorities": "ten priorities",
+}
+
+
+def set_feature(queue, feature: str) -> None:
+    FEATURES[feature](queue)
+
+
+def push_jobs(dsn: str, jobs: int, queue: str, start: int = 0, feature: str = "plain") -> None:
+    """A backlog of no-op jobs (kind noop, payload {"n": i}) pushed by pyqueue-sql's client, 1,000 a call
+    (with --features groups, in 200 groups; priorities, at ten priorities)."""
     with pyqueue_sql.connect(dsn) as db:
         for numbers in chunks(jobs, start=start):
-            db.queue(queue).push_many([(f"j{i:09d}", "noop", {"n": i}) for i in numbers])
+            if feature == "groups":
+                db.queue(queue).push_many(
+                    [
+                        dict(key=f"j{i:09d}", kind="noop", payload={"n": i}, group=f"g{i % 200}")
+                        for i in numbers
+                    ]
+                )
+            elif feature == "priorities":
+                db.queue(queue).push_many(
+                    [dict(key=f"j{i:09d}", kind="noop", payload={"n": i}, priority=i % 10) for i in numbers]
+                )
+            else:
+                db.queue(queue).push_many([(f"j{i:09d}", "noop", {"n": i}) for i in numbers])

@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+import pyqueue_sql  # noqa: E402
 from bench import common  # noqa: E402 (the repository is on the path from here)
 from bench.bench import HandRolled, PGQueuer  # noqa: E402
 from pyqueue_sql import App, Worker  # noqa: E402
@@ -280,8 +281,17 @@ def handrolled_work(dsn: str, concurrency: int) -> None:
     _threads(conns, claim, delete)
 
 
-pyqueue_install = functools.partial(common.install_pyqueue, queue=QUEUE)
-pyqueue_enqueue = functools.partial(common.push_jobs, queue=QUEUE)
+def pyqueue_install(dsn: str) -> None:
+    """The queue, with the feature of $BENCH_FEATURE (bench/burndown.py --features) set on it."""
+    common.install_pyqueue(dsn, queue=QUEUE)
+    with pyqueue_sql.connect(dsn) as db:
+        common.set_feature(db.queue(QUEUE), os.environ.get("BENCH_FEATURE", "plain"))
+
+
+def pyqueue_enqueue(dsn: str, jobs: int) -> None:
+    common.push_jobs(dsn, jobs, queue=QUEUE, feature=os.environ.get("BENCH_FEATURE", "plain"))
+
+
 SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency[, settings]))
     "pyqueue-async": (pyqueue_install, pyqueue_enqueue, functools.partial(pyqueue_work, threads=False)),
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_work),

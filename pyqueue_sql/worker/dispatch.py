@@ -20,7 +20,7 @@ from .. import errors
 from ..client import QueueCalls
 from ..dialects import UnreadableJSON, encode_json
 from .interrupt import CancelStopped
-from .model import Job, Plan, Route, log, where_of
+from .model import Job, Plan, Route, Settles, log, where_of
 from .model import RetryDue as RetryDue  # its former home, kept importable
 from .policy import Snooze, describe_error
 from .runners import STUCK_RETRY_DELAY, RunnerPool
@@ -50,6 +50,17 @@ if TYPE_CHECKING:
 
 # How often a wait looks at the stop and at a newly scheduled retry (seconds).
 WAIT_SLICE = 0.25
+
+# Held back (ready messages that the reserve did not get: a concurrency limit's slots all taken, or
+# rows another reserver has locked), or holding messages whose settle may free one (a limit's slot,
+# a FIFO group's next message): the idle wait looks this often whether one of this worker's settles
+# ended (Settles), and reserves again at once when one did, instead of waiting for a wakeup that
+# no settle sends. Held back with none of its own to settle, it tries again after HELD_MIN
+# seconds, twice as long each time up to HELD_MAX (slots that other workers hold), never after
+# the poll fallback.
+HELD_SLICE = 0.002
+HELD_MIN = 0.01
+HELD_MAX = 0.5
 
 # The prefetch holds at most about this many seconds of the handlers' work (by their average
 # time so far), so that slow handlers do not sit on messages other workers could run.
@@ -119,6 +130,63 @@ def earliest_due(due: float | None, wait_s: float | None) -> float | None:
     return due
 
 
+class HeldBack:
+    """The reserve loop's state while held back: ready messages that its reserves do not get (a
+    concurrency limit's slots all taken). A reserve that asks for more than the limit's free slots
+    reads past every ready message of the full kind (for messages of other kinds): held back, each
+    round asks only for as many as this worker settled since the last one (its settles free as many
+    slots), so that it takes what is free without that read, and waits for its next settle in
+    between (HELD_SLICE). After a wait that none of its own settles ended (slots that others
+    freed, a wakeup), it probes with 1, twice as many each time all came; held back no more once
+    a round got all it may take, or nothing is ready."""
+
+    def __init__(self, settles: Settles) -> None:
+        self.settles = settles
+        self.on = False
+        self.mark = 0  # settles.count at the last round's reserve
+        self.probe = 0  # to ask for beyond what settled (after a wait no settle ended)
+        self.last_probe = 0
+        self.wait = HELD_MIN
+        self.most = 0  # the most a round got while held back: about the slots free to this worker
+        self.deferred = False  # the last budget() waited for more settles
+
+    def start(self) -> None:
+        if not self.on:
+            self.on = self.settles.held = True
+            self.probe = 0
+            self.wait = HELD_MIN
+
+    def budget(self, busy: bool) -> int | None:
+        """How many to ask each queue for in this round (None: not held back). While its own
+        messages run or await their acknowledgement (busy), it waits until a quarter of the most a
+        round got has settled (0 now): each reserve under a limit reads the limit's slots once,
+        and a round of one message each would read them once a message."""
+        count = self.settles.count
+        budget = count - self.mark + self.probe
+        self.deferred = self.on and busy and not self.probe and 0 < budget < self.most // 4
+        if self.deferred:
+            return 0
+        self.mark = count
+        self.last_probe, self.probe = self.probe, 0
+        return budget if self.on else None
+
+    def took(self, got: int, *, all_asked: bool, capped: bool) -> None:
+        """A round got messages: all it asked for (all_asked), fewer than it may take (capped)."""
+        if self.on and all_asked:
+            self.most = max(self.most, got)
+            if not capped:
+                self.on = self.settles.held = False  # it got all it may take: held back no more
+            elif self.last_probe:
+                self.probe = self.last_probe * 2
+
+    def waited(self, *, settled: bool) -> None:
+        if settled:
+            self.wait = HELD_MIN
+        else:
+            self.probe = max(self.probe, 1)
+            self.wait = min(self.wait * 2, HELD_MAX)
+
+
 class Runner(Protocol):
     """What the reserve loop takes from the worker that runs it: the settings resolved against the
     database, the name it reserves as, the messages it holds, and where reserved jobs go."""
@@ -156,6 +224,9 @@ class ReserveLoop:
         self.routes = routes  # the worker's, shared
         self.on_idle = on_idle  # the worker's hooks, shared
         self.worker = worker
+        # while an idle wait also ends when one of this worker's settles ends: Settles.done at its
+        # start (read by listen_steps, which runs inside the runner's Listen), else None
+        self.settled_since: int | None = None
 
     def dispatch_failed(self, exc: BaseException, backoff: float) -> float:
         """Logs a non-connection error of the reserve loop; returns the back-off after this one."""
@@ -263,6 +334,9 @@ class ReserveLoop:
         long_poll = self.long_poll()
         nothing_ready = False  # the last long poll timed out: no reserve needed
         rechecked_due_now = False  # the last empty round was already followed by one at once
+        held = HeldBack(self.state.settles)
+        settles = self.state.settles
+        short = False  # the last round that got messages got fewer than it asked for
         while not self.state.stopping.is_set():
             if self.settings.max_jobs is not None and self.state.stats.reserved >= self.settings.max_jobs:
                 yield from self.max_jobs_steps()
@@ -274,36 +348,89 @@ class ReserveLoop:
             if self.state.stopping.is_set():
                 break
             self.state.retry_due.reached(self.state.clock())
-            got = 0
-            for name in self.reserve_order():
-                free = self.free()
-                if free <= 0 or self.state.stopping.is_set():
-                    break
-                got += yield from self.reserve_steps(self.routes[name], free)
-            self.round_done()
+            # None: not held back, each queue is asked for all it may take
+            budget = held.budget(busy=settles.owed > 0 or bool(self.worker._jobs()))
+            got = asked = 0
+            capped = False
+            if budget != 0:
+                for name in self.reserve_order():
+                    free = self.free()
+                    if free <= 0 or self.state.stopping.is_set():
+                        break
+                    n = free if budget is None else min(free, budget)
+                    capped = capped or n < free
+                    asked += n
+                    got += yield from self.reserve_steps(self.routes[name], n)
+                self.round_done()
+            if held.on and (budget == 0 or 0 < got < asked):
+                # still held back (nothing of its own settled, or the limit filled again): no
+                # reserve and no next scheduled_at until one of its settles ends, or a while
+                yield from self.held_wait_steps(held)
+                continue
+            seen = settles.done  # before the reads below: a settle that ends meanwhile counts
             if got:
                 poll = self.settings.poll_min
                 rechecked_due_now = False
+                held.took(got, all_asked=got == asked, capped=capped)
+                if got < asked and short and not held.on:
+                    # Fewer than it asked for twice in a row: a limit may hold the rest back (each
+                    # such reserve reads every message it holds back). One ready now says so.
+                    _, due_now = yield from self.next_due_steps()
+                    if due_now:
+                        held.start()
+                        yield from self.held_wait_steps(held)
+                short = got < asked
                 continue
             yield Hooks(self.on_idle, None)
             # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
             # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
             due, due_now = yield from self.next_due_steps()
-            if due_now and not rechecked_due_now:
+            if due_now and not rechecked_due_now and not held.on:
                 # A message came due between the empty reserve and this read (its time was
                 # reached while the round ran, and no wakeup comes for that): one more round at
-                # once. A second 0 in a row is a row another reserver holds: the wait below.
+                # once. A second 0 in a row is a message held back (below).
                 rechecked_due_now = True
                 continue
+            short = False
             rechecked_due_now = due_now
+            if due_now:
+                # A message is ready and the reserve did not get it: held back (a concurrency
+                # limit's slots all taken, rows another reserver has locked). It reserves again
+                # when one of its own settles ends, else after a while: never at its poll fallback.
+                held.start()
+                yield from self.held_wait_steps(held)
+                continue
+            held.on = settles.held = False
             timeout, poll = self.idle_timeout(poll, due, recheck_at)
             recheck_at = None
-            woke = yield from self.wait_steps(timeout)
-            if woke and self.worker.use_listen:
+            # A message this worker holds may free one when it settles (a FIFO group's next one):
+            # the wait ends when one of its settles ends (see HELD_SLICE).
+            watch = settles.owed > 0 or bool(self.worker._jobs())
+            if watch and settles.done != seen:
+                continue  # one ended since the reserve: reserve again now
+            woke = yield from self.wait_steps(timeout, seen if watch else None)
+            if woke and self.worker.use_listen and settles.done == seen:  # a wakeup, not a settle
                 recheck_at = self.state.clock() + self.settings.linger
             # queue_wait watches the next scheduled_at itself, so a timed-out
             # long poll goes straight into the next one (one query per wait).
             nothing_ready = long_poll and not woke and not self.state.wake_queues
+
+    def held_wait_steps(self, held: HeldBack):
+        """Held back: waits until one of this worker's settles ends (at once if one ended since the
+        last reserve), a wakeup, or held.wait (twice as long each time up to HELD_MAX, never past
+        the poll fallback); then the next round reserves as many as settled meanwhile (a probe of
+        1, doubling, after a wait that no settle of its own ended: slots other workers freed).
+        While messages of its own run or await their acknowledgement, it waits for their settles
+        up to HELD_MAX before a probe (a probe the limit holds back reads every message it holds
+        back)."""
+        seen = held.settles.done
+        busy = held.settles.owed > 0 or bool(self.worker._jobs())
+        if held.settles.count == held.mark or held.deferred:
+            timeout = min(
+                HELD_MAX if busy else held.wait, self.idle_timeout(self.settings.poll_min, None, None)[0]
+            )
+            yield from self.wait_steps(timeout, seen, True)
+        held.waited(settled=held.settles.done != seen)
 
     def max_jobs_steps(self):
         """The worker took its max_jobs messages: it takes no more, waits for them to end, then
@@ -329,16 +456,30 @@ class ReserveLoop:
             due_now = due_now or (wait_s is not None and wait_s <= 0)
         return due, due_now
 
-    def wait_steps(self, timeout: float):
+    def settled(self) -> bool:
+        """Whether one of this worker's settles ended since the idle wait began (when it watches)."""
+        return self.settled_since is not None and self.state.settles.done != self.settled_since
+
+    def wait_steps(self, timeout: float, settled_since: int | None = None, held: bool = False):
         """Waits up to timeout; True if woken by a notification (LISTEN) or a ready message (long
         poll). A LISTEN wait or a client-side poll also ends when a retry this worker scheduled
-        is due (a long poll needs not: the server watches the next scheduled_at itself)."""
+        is due (a long poll needs not: the server watches the next scheduled_at itself). With
+        settled_since (Settles.done when it began), it also ends, True, when one of this worker's
+        settles ends; held back (held), the wait is a client-side one: the server's long poll
+        would answer at once that a message is ready."""
         if timeout <= 0:
             return False
         deadline = self.state.clock() + timeout
+        self.settled_since = settled_since
+        try:
+            return (yield from self.wait_until_steps(timeout, deadline, held))
+        finally:
+            self.settled_since = None
+
+    def wait_until_steps(self, timeout: float, deadline: float, held: bool):
         if self.worker.use_listen:
             return (yield Listen(deadline))
-        if self.long_poll():
+        if self.long_poll() and not held:
             route = next(iter(self.routes.values()))
             if self.state.stopping.is_set():
                 return False
@@ -356,18 +497,25 @@ class ReserveLoop:
             if woke:
                 self.state.stats.wakeups += 1
             return bool(woke)
+        step = WAIT_SLICE if self.settled_since is None else HELD_SLICE
         while True:
+            if self.settled():
+                return True
             left = wait_left(self.state.clock(), deadline, self.state.retry_due.at)
-            if left <= 0 or (yield Sleep(min(left, WAIT_SLICE))):
+            if left <= 0 or (yield Sleep(min(left, step))):
                 return False
 
     def listen_steps(self, db: Any, deadline: float):
         if self.state.wake_queues:
             return True  # (re)connected: wakeups may have been missed meanwhile
         left = wait_left(self.state.clock(), deadline, self.state.retry_due.at)
-        # Short slices so that stop() and a newly scheduled retry are noticed within WAIT_SLICE.
+        # Short slices so that stop() and a newly scheduled retry are noticed within WAIT_SLICE
+        # (a settle of this worker within HELD_SLICE, when the wait watches them).
+        step = WAIT_SLICE if self.settled_since is None else HELD_SLICE
         while left > 0 and not self.state.stopping.is_set():
-            notes = yield Notifications(db, min(left, WAIT_SLICE))
+            if self.settled():
+                return True
+            notes = yield Notifications(db, min(left, step))
             for channel, payload in notes:
                 self.woken(channel, payload)
             if notes:
@@ -420,7 +568,13 @@ class Dispatch:
         self.commit_reserve = commit_reserve
         self.job_type = job_type
         self.release = release  # (job, successors=()): frees the job's slot, a successor takes it
-        self.defer_ack = defer_ack  # (job, elapsed_ms): the completer acknowledges it, in a batch
+        owe = state.settles.deferred
+
+        def defer(job: Job, elapsed_ms: float) -> None:
+            owe()  # owed until the completer's flush (ack_steps) ends it: see Settles
+            defer_ack(job, elapsed_ms)
+
+        self.defer_ack = defer  # (job, elapsed_ms): the completer acknowledges it, in a batch
         self.group_commit = group_commit
 
     # -- bookkeeping ----------------------------------------------------------------
@@ -546,6 +700,12 @@ class Dispatch:
         by_queue: dict[str, list[tuple[Job, float]]] = {}
         for job, elapsed_ms in batch:
             by_queue.setdefault(job.queue, []).append((job, elapsed_ms))
+        try:
+            yield from self.ack_queues_steps(by_queue)
+        finally:
+            self.state.settles.ended(acked=len(batch))  # slots and group places freed: see Settles
+
+    def ack_queues_steps(self, by_queue: dict[str, list[tuple[Job, float]]]):
         for q, all_entries in by_queue.items():
             # the successes whose result is stored commit with it (queue_commit_result_batch)
             plain = [e for e in all_entries if not e[0].store_result]
@@ -705,6 +865,7 @@ class Dispatch:
         elapsed_ms = round((time.monotonic() - started_at) * 1000, 3)
         successors: list[Job] = []
         lock = job.lock
+        deferred = False
         try:
             yield Acquire(lock)
             try:
@@ -719,6 +880,7 @@ class Dispatch:
                         # job's lock held, just before job.done is set: the heartbeat no longer
                         # extends it, so the token the completer sends is the one it has now.
                         self.defer_ack(job, elapsed_ms)
+                        deferred = True
                 elif cancelled:
                     self.policy.cancelled(
                         job, (yield RetriedCall("cancel_held", job.queue, (job.reservation,), hard=True))
@@ -733,6 +895,8 @@ class Dispatch:
         except Exception as exc:  # e.g. the queue was dropped meanwhile: keep the handler alive
             self.policy.unfinishable(job, exc)
         finally:
+            if not deferred:
+                self.state.settles.ended()
             self.release(job, successors)
         return successors[0] if successors else None
 
@@ -774,4 +938,5 @@ class Dispatch:
                 extra={"event": "error", "queue": job.queue, "key": job.key},
             )
         finally:
+            self.state.settles.ended()
             self.release(job)

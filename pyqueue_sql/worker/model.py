@@ -312,6 +312,32 @@ class RetryDue:
                 heapq.heappop(self._times)
 
 
+class Settles:
+    """This worker's settles: how many have ended (a commit, a batch the completer acknowledged, a
+    failure, a hand-back...) and how many successes wait for the completer. A settle can free
+    what held a reserve back (a concurrency limit's slot, a FIFO group's next message): the
+    dispatcher's idle wait ends when one ends, so that a worker held back by a limit its own
+    messages fill reserves again as soon as one of them settles, not at its poll fallback."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.done = 0  # settles ended (only compared: a change means one ended)
+        self.count = 0  # messages settled
+        self.owed = 0  # successes handed to the completer, not acknowledged yet
+        self.held = False  # the reserve loop is held back (HeldBack.on): acknowledge at once
+
+    def deferred(self) -> None:
+        with self._lock:
+            self.owed += 1
+
+    def ended(self, acked: int = 0) -> None:
+        """One settle ended: of one message, or the completer's flush of `acked` successes."""
+        with self._lock:
+            self.done += 1
+            self.count += acked or 1
+            self.owed -= acked
+
+
 @dataclass(eq=False)
 class RunState:
     """What the worker's parts share while it runs, made once by WorkerBase and handed to each
@@ -326,6 +352,7 @@ class RunState:
     clock: Callable[[], float] = time.monotonic  # what the waits and the leases read
     stop_reason: str | None = None  # why the run stops (the first reason given)
     retry_due: RetryDue = field(default_factory=lambda: RetryDue())  # retries and snoozes due (no wakeup)
+    settles: Settles = field(default_factory=lambda: Settles())  # this worker's settles (held-back waits)
     handler_avg: float | None = None  # the handlers' average seconds (moving), see ReserveLoop.prefetch_now
     last_error: str | None = None  # the reserve loop's last error, until a round succeeds
     round_ok: bool = False  # a round of the reserve loop succeeded since its last (re)start

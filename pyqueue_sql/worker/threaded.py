@@ -211,9 +211,17 @@ class Completer:
     handler finished), then flushes what is left. A crash before a flush loses nothing: the
     messages are still reserved and come back after their lease (at-least-once)."""
 
-    def __init__(self, settings: Any, flush: Callable[[list[tuple[Job, float]], _Connection], Any]) -> None:
+    def __init__(
+        self,
+        settings: Any,
+        flush: Callable[[list[tuple[Job, float]], _Connection], Any],
+        settles: Any = None,
+    ) -> None:
         self.settings = settings
         self.flush = flush  # (batch, conn): runs the flush's steps on the completer's connection
+        # the run's Settles: while the reserve loop is held back (settles.held: a limit's slots
+        # all taken, its own messages among their holders) a batch goes without waiting ack_interval
+        self.settles = settles
         self.acks: queue_mod.SimpleQueue[tuple[Job, float] | None] = queue_mod.SimpleQueue()
         self.put = self._put  # what Dispatch calls, once a success: (job, elapsed_ms)
         self.thread: threading.Thread | None = None
@@ -240,7 +248,8 @@ class Completer:
                 if first is None:
                     return
                 batch = [first]
-                flush_at = time.monotonic() + settings.ack_interval
+                hurry = self.settles is not None and self.settles.held
+                flush_at = time.monotonic() + (0.0 if hurry else settings.ack_interval)
                 while len(batch) < settings.ack_batch:
                     left = flush_at - time.monotonic()
                     try:
@@ -439,7 +448,9 @@ class Worker(WorkerBase):
         # A SimpleQueue (C, one lock): a handler thread takes each message from it.
         self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
         self.completer = Completer(
-            self.settings, lambda batch, conn: self._steps(self.dispatch.ack_steps(batch), conn)
+            self.settings,
+            lambda batch, conn: self._steps(self.dispatch.ack_steps(batch), conn),
+            self.state.settles,
         )
         self._watch_wake = threading.Event()  # a progress to write (Job.set_progress)
         self._run_threads = _RunThreads(self)

@@ -15,7 +15,7 @@ import pytest
 from pyqueue_sql import InvalidArgumentError
 from pyqueue_sql.client import Renewal, Reservation
 from pyqueue_sql.worker import Job, RetryPolicy, Worker, idle_timeout, wait_left
-from pyqueue_sql.worker.dispatch import WAIT_SLICE, RetryDue, earliest_due
+from pyqueue_sql.worker.dispatch import HELD_MAX, HELD_MIN, WAIT_SLICE, RetryDue, earliest_due
 from pyqueue_sql.worker.steps import (
     HARD_STOP,
     RECONNECT,
@@ -247,6 +247,18 @@ def test_a_retry_scheduled_while_the_dispatcher_waits_ends_the_wait_when_it_is_d
     assert call.kwargs["delay"] == 1.0
     failed_at = clock.now
     handler.answer("retry")
+    # Its own settle ends the wait at once (a settle may free what held a reserve back, a limit's
+    # slot): one more round, which finds nothing, then the wait until the retry is due.
+    with pytest.raises(StopIteration) as ended:
+        next(worker.reserve_loop.listen_steps(None, listen.deadline))
+    assert ended.value.value is True and clock.now == failed_at
+    assert steps.answer(True) == WAIT_SLOTS
+    assert steps.answer().method == "reserve"
+    assert steps.answer([]) == Hooks(worker.on_idle, None)
+    assert steps.answer().method == "next_scheduled_at"
+    listen = steps.answer((None, None))
+    # until the retry is due (not a linger re-check: a settle is no wakeup)
+    assert isinstance(listen, Listen) and listen.deadline == pytest.approx(failed_at + 1.0)
 
     woke = listen_until_it_ends(worker, clock, listen.deadline)
     assert woke is False
@@ -300,34 +312,54 @@ def test_a_message_due_between_an_empty_reserve_and_the_next_scheduled_at_is_res
     """Another process's delayed message comes due after this worker's reserve found nothing and
     before its queue_next_scheduled_at: a wait of 0, and no wakeup is sent (a delayed push sends
     none). The loop reserves again at once instead of waiting for the 60 s fallback. A second 0
-    in a row is a row another reserver holds: then the fallback wait, and no busy loop while it
-    stays so; a round that reserves something ends that."""
+    in a row is a message held back (a concurrency limit's slots all taken, a row another
+    reserver holds): then a short wait, twice as long each time, each followed by a probe of 1
+    (never the fallback, and no busy loop while it stays so); a probe that reserves something
+    asks for twice as many next, and a round that gets all it may take ends that."""
     worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0)
     steps, listen = dispatcher_until_listening(worker, clock, [reservation(key="a")])
     assert listen.deadline == clock.now + 60.0
+    worker._release(worker._pending.get_nowait())  # its handler ended: nothing of its own to settle
     assert listen_until_it_ends(worker, clock, listen.deadline) is False
 
     def empty_round(wait_s: float) -> object:
         assert steps.op == WAIT_SLOTS
-        assert steps.answer().method == "reserve"
+        assert steps.answer().method == "reserve"  # (held back: a probe of 1)
         assert steps.answer([]) == Hooks(worker.on_idle, None)
         assert steps.answer().method == "next_scheduled_at"
         return steps.answer((T0, wait_s))
 
     assert steps.answer(False) == WAIT_SLOTS
     assert empty_round(0.0) == WAIT_SLOTS  # came due meanwhile: at once
-    held = empty_round(0.0)  # again 0: held by another reserver
-    assert isinstance(held, Listen) and held.deadline == clock.now + 60.0
+    held = empty_round(0.0)  # again 0: held back
+    assert isinstance(held, Listen) and held.deadline == pytest.approx(clock.now + HELD_MIN)
+    clock.now = held.deadline
     assert steps.answer(False) == WAIT_SLOTS
-    assert isinstance(empty_round(0.0), Listen)  # still held: no round at once
-    assert steps.answer(False) == WAIT_SLOTS
-    assert steps.answer().method == "reserve"
-    assert steps.answer([reservation(key="b")]) == WAIT_SLOTS  # reserved: the next 0 is new
-    assert steps.answer().method == "reserve"
+    assert steps.answer().kwargs["n"] == 1  # a probe
     assert steps.answer([]) == Hooks(worker.on_idle, None)
     assert steps.answer().method == "next_scheduled_at"
-    assert steps.answer((T0, 0.0)) == WAIT_SLOTS
-    later = empty_round(2.0)  # a message due in 2 s: waited for, not polled
+    held = steps.answer((T0, 0.0))  # still held: no round at once, a longer wait
+    assert isinstance(held, Listen) and held.deadline == pytest.approx(clock.now + 2 * HELD_MIN)
+    clock.now = held.deadline
+    assert steps.answer(False) == WAIT_SLOTS
+    call = steps.answer()
+    assert (call.method, call.kwargs["n"]) == ("reserve", 1)
+    assert steps.answer([reservation(key="b")]) == WAIT_SLOTS  # the probe got all: twice as many
+    call = steps.answer()
+    assert (call.method, call.kwargs["n"]) == ("reserve", 2)
+    # it got all it may take (its 4 handlers' slots): held back no more
+    assert steps.answer([reservation(key="c"), reservation(key="d")]) == WAIT_SLOTS
+    for job in worker._jobs():  # their handlers ended
+        worker._release(job)
+    call = steps.answer()
+    assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency)
+    assert steps.answer([]) == Hooks(worker.on_idle, None)
+    assert steps.answer().method == "next_scheduled_at"
+    held = steps.answer((T0, 0.0))  # nothing, and one still ready: held back, a short wait
+    assert isinstance(held, Listen) and clock.now < held.deadline <= clock.now + HELD_MAX
+    clock.now = held.deadline
+    assert steps.answer(False) == WAIT_SLOTS
+    later = empty_round(2.0)  # a message due in 2 s (held back no more): waited for, not polled
     assert isinstance(later, Listen) and later.deadline == pytest.approx(clock.now + 2.0)
 
 

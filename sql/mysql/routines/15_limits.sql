@@ -117,10 +117,17 @@ BEGIN
 END //
 
 -- pyqueue__rate_pick: a free unit of the rate of (in_queue, in_kind; '' = the queue-wide rate) for a reservation at
--- in_t: the least recently used slot whose time is NULL or <= in_t - in_per_us, locked FOR UPDATE SKIP LOCKED (never
--- waits: a unit another call holds counts as used) and NOT written: the caller writes in_t into it once the message is
--- claimed (one write per admitted message; a claim that fails leaves the unit as it was). out_slot: its number, NULL
--- when none is free. Locks: that slot row, until the transaction ends (one index probe of the used_at index).
+-- in_t: a slot whose time is NULL or <= in_t - in_per_us, locked FOR UPDATE SKIP LOCKED (never waits: a unit another
+-- call holds counts as used) and NOT written: the caller writes in_t into it once the message is claimed (one write
+-- per admitted message; a claim that fails leaves the unit as it was). out_slot: its number, NULL when none is free.
+-- Cost: each unit written moves its entry in the used_at index, and the entry it leaves stays (delete-marked) until
+-- purge, behind the transaction; a walk of that index from its start for each unit read every entry the units taken
+-- before had left (a reserve of 256 under a rate: 32,000 entries). So the session keeps a list of the least recently
+-- used units, read plainly in one walk of the used_at index (up to 256; one list for the queue-wide rate and one for
+-- a kind's rate: @pyqueue__rate_wide_key / _units, @pyqueue__rate_kind_key / _units, the key being database, queue
+-- and kind), and takes each by its primary key, FOR UPDATE SKIP LOCKED, checking there that it is free now: a unit
+-- of the list that is not (taken meanwhile, or a list from another transaction or another database) is dropped, and
+-- an empty list is read again. Locks: that slot row, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__rate_pick //
 CREATE PROCEDURE pyqueue__rate_pick(
     IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -130,15 +137,41 @@ CREATE PROCEDURE pyqueue__rate_pick(
     OUT out_slot  INT)
 SQL SECURITY INVOKER
 BEGIN
+    DECLARE v_key LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_units LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_slot INT;
+    DECLARE v_read INT DEFAULT 0;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET out_slot = NULL;
     SET out_slot = NULL;
-    SELECT s.slot_no INTO out_slot
-      FROM pyqueue_rate_slot s FORCE INDEX (pyqueue_rate_slot_used_idx)
-     WHERE s.queue_name = in_queue AND s.p_kind = in_kind
-       AND (s.used_at IS NULL OR s.used_at <= in_t - INTERVAL in_per_us MICROSECOND)
-     ORDER BY s.used_at
-     LIMIT 1
-       FOR UPDATE SKIP LOCKED;
+    SET v_key = CONCAT_WS(CHAR(31), DATABASE(), in_queue, in_kind);
+    SET v_units = IF(in_kind = '', IF(@pyqueue__rate_wide_key = v_key, @pyqueue__rate_wide_units, NULL),
+                     IF(@pyqueue__rate_kind_key = v_key, @pyqueue__rate_kind_units, NULL));
+    picks: LOOP
+        IF COALESCE(JSON_LENGTH(v_units), 0) = 0 THEN
+            IF v_read = 1 THEN LEAVE picks; END IF;  -- read once this call: none free
+            SET v_read = 1;
+            SELECT JSON_ARRAYAGG(u.slot_no) INTO v_units
+              FROM (SELECT s.slot_no
+                      FROM pyqueue_rate_slot s FORCE INDEX (pyqueue_rate_slot_used_idx)
+                     WHERE s.queue_name = in_queue AND s.p_kind = in_kind
+                       AND (s.used_at IS NULL OR s.used_at <= in_t - INTERVAL in_per_us MICROSECOND)
+                     ORDER BY s.used_at
+                     LIMIT 256) u;
+            IF COALESCE(JSON_LENGTH(v_units), 0) = 0 THEN LEAVE picks; END IF;
+        END IF;
+        SET v_slot = JSON_EXTRACT(v_units, '$[0]'), v_units = JSON_REMOVE(v_units, '$[0]');
+        SELECT s.slot_no INTO out_slot
+          FROM pyqueue_rate_slot s FORCE INDEX (PRIMARY)
+         WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND s.slot_no = v_slot
+           AND (s.used_at IS NULL OR s.used_at <= in_t - INTERVAL in_per_us MICROSECOND)
+           FOR UPDATE SKIP LOCKED;
+        IF out_slot IS NOT NULL THEN LEAVE picks; END IF;
+    END LOOP;
+    IF in_kind = '' THEN
+        SET @pyqueue__rate_wide_key = v_key, @pyqueue__rate_wide_units = v_units;
+    ELSE
+        SET @pyqueue__rate_kind_key = v_key, @pyqueue__rate_kind_units = v_units;
+    END IF;
 END //
 
 -- pyqueue__rate_free_at: when the rate of (in_queue, in_kind; '' = queue-wide) next has a free unit, as seen at in_now:

@@ -145,6 +145,18 @@ $$;
 -- pyqueue__ready_tids read where it starts: the queue's top priority
 -- (in_top) and its bound, (in_from, in_from_id), where each priority's
 -- range starts.
+-- Cost: slots are found once a pass, not once a candidate. The first
+-- candidate that needs a rate's unit locks (FOR UPDATE SKIP LOCKED, in slot
+-- order) every free unit of that rate the pass can use, up to what it still
+-- wants, in one read; later candidates take the next one of that list. The
+-- first candidate of a limited kind locks the kind's slots within its
+-- capacity in one read, then (a statement after the locks, as
+-- pyqueue__limit_claim does) keeps those whose holder no longer holds them;
+-- later candidates take the next of those. A kind with slots above its
+-- capacity (a lowered limit whose holders still hold them) goes through
+-- pyqueue__limit_claim, one candidate at a time. So a pass reads each slot
+-- it uses once, not every busy slot before it for each candidate (a
+-- reserve of 64 under a limit of 64 checked about 2,000 slots).
 CREATE OR REPLACE FUNCTION pyqueue__limited_tids(in_queue text, in_now timestamptz, in_n integer,
                                                  in_kinds text[], in_from timestamptz, in_from_id bigint,
                                                  in_top integer, OUT o_tids tid[], OUT o_at timestamptz)
@@ -166,6 +178,18 @@ DECLARE
     v_priority integer;
     v_left     integer := in_n;
     v_skipped  boolean;
+    v_fkind    text[] := '{}';     -- free slots found this pass: the kind (NULL once taken) ...
+    v_fslot    integer[] := '{}';  -- ... and the slot
+    v_lkinds   text[] := '{}';     -- limited kinds whose slots were found (v_fkind)
+    v_slow     text[] := '{}';     -- limited kinds with slots above the capacity: pyqueue__limit_claim
+    v_ukind    text[] := '{}';     -- free rate units found this pass: the rate's kind (NULL once taken) ...
+    v_uslot    integer[] := '{}';  -- ... and the unit's slot
+    v_rkinds   text[] := '{}';     -- rates whose free units were found (v_ukind)
+    v_cap      integer;
+    v_j        integer;
+    v_k        integer;
+    v_f        integer;
+    v_locked   integer[];
     r          record;
 BEGIN
     SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
@@ -210,34 +234,114 @@ BEGIN
                     END IF;
                     v_kslot := NULL;
                     v_wslot := NULL;
+                    -- the rates' free units, found once a pass (see "Cost" above)
+                    IF v_i IS NOT NULL AND r.p_kind::text <> ALL (v_rkinds) THEN
+                        SELECT v_ukind || pg_catalog.array_fill(r.p_kind::text, ARRAY[pg_catalog.count(*)::integer]),
+                               v_uslot || coalesce(pg_catalog.array_agg(u.slot_no ORDER BY u.slot_no), '{}')
+                          INTO v_ukind, v_uslot
+                          FROM (SELECT s.slot_no FROM pyqueue_rate_slot s
+                                 WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
+                                   AND (s.used_at IS NULL OR s.used_at <= o_at - v_pers[v_i])
+                                 ORDER BY s.slot_no LIMIT v_left
+                                   FOR UPDATE SKIP LOCKED) u;
+                        v_rkinds := pg_catalog.array_append(v_rkinds, r.p_kind::text);
+                    END IF;
+                    IF v_wide IS NOT NULL AND ''::text <> ALL (v_rkinds) THEN
+                        SELECT v_ukind || pg_catalog.array_fill(''::text, ARRAY[pg_catalog.count(*)::integer]),
+                               v_uslot || coalesce(pg_catalog.array_agg(u.slot_no ORDER BY u.slot_no), '{}')
+                          INTO v_ukind, v_uslot
+                          FROM (SELECT s.slot_no FROM pyqueue_rate_slot s
+                                 WHERE s.queue_name::text = in_queue AND s.p_kind::text = ''::text
+                                   AND (s.used_at IS NULL OR s.used_at <= o_at - v_wide)
+                                 ORDER BY s.slot_no LIMIT v_left
+                                   FOR UPDATE SKIP LOCKED) u;
+                        v_rkinds := pg_catalog.array_append(v_rkinds, ''::text);
+                    END IF;
                     IF v_i IS NOT NULL THEN
-                        v_kslot := pyqueue__rate_slot(in_queue, r.p_kind::text, v_pers[v_i], o_at);
-                        IF v_kslot IS NULL THEN  -- the kind's rate is used up: the kind is full
+                        v_j := pg_catalog.array_position(v_ukind, r.p_kind::text);
+                        IF v_j IS NULL THEN  -- the kind's rate is used up: the kind is full
                             v_full := pg_catalog.array_append(v_full, r.p_kind::text);
                             v_skipped := true;
                             CONTINUE;
                         END IF;
+                        v_kslot := v_uslot[v_j];
                     END IF;
                     IF v_wide IS NOT NULL THEN
-                        v_wslot := pyqueue__rate_slot(in_queue, '', v_wide, o_at);
-                        IF v_wslot IS NULL THEN  -- the queue's rate is used up: the pass ends
+                        v_k := pg_catalog.array_position(v_ukind, ''::text);
+                        IF v_k IS NULL THEN  -- the queue's rate is used up: the pass ends
                             v_stop := true;
                             EXIT;
                         END IF;
+                        v_wslot := v_uslot[v_k];
                     END IF;
-                    IF r.p_kind::text = ANY (v_limited)
-                       AND NOT pyqueue__limit_claim(in_queue, r.p_kind::text, r.id, r.p_key::text, r.attempts,
-                                                    in_now, v_taken) THEN
-                        v_full := pg_catalog.array_append(v_full, r.p_kind::text);
-                        v_skipped := true;
-                        CONTINUE;
+                    IF r.p_kind::text = ANY (v_limited) THEN
+                        IF r.p_kind::text <> ALL (v_lkinds) AND r.p_kind::text <> ALL (v_slow) THEN
+                            -- the kind's slots, found once a pass (see "Cost" above)
+                            SELECT l.capacity INTO v_cap
+                              FROM pyqueue_limit l
+                             WHERE l.queue_name::text = in_queue AND l.p_kind::text = r.p_kind::text;
+                            -- the slots that look free, read plainly, then locked (a busy slot is
+                            -- left to its holder's extend and settle)
+                            SELECT pg_catalog.array_agg(x.slot_no) INTO v_locked
+                              FROM (SELECT s.slot_no FROM pyqueue_limit_slot s
+                                     WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
+                                       AND s.slot_no = ANY (ARRAY(
+                                           SELECT f.slot_no FROM pyqueue_limit_slot f
+                                            WHERE f.queue_name::text = in_queue AND f.p_kind::text = r.p_kind::text
+                                              AND f.slot_no <= v_cap
+                                              AND (f.msg_id IS NULL
+                                                   OR NOT pyqueue__slot_held(in_queue, r.p_kind::text, f.msg_key::text,
+                                                                             f.msg_id, f.msg_attempts, in_now))))
+                                     ORDER BY s.slot_no
+                                       FOR UPDATE SKIP LOCKED) x;
+                            IF EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                                        WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
+                                          AND s.slot_no > v_cap) THEN
+                                v_slow := pg_catalog.array_append(v_slow, r.p_kind::text);
+                            ELSE
+                                -- a statement after the locks: under READ COMMITTED the latest holders
+                                SELECT v_fkind || pg_catalog.array_fill(r.p_kind::text, ARRAY[pg_catalog.count(*)::integer]),
+                                       v_fslot || coalesce(pg_catalog.array_agg(f.slot_no ORDER BY f.slot_no), '{}')
+                                  INTO v_fkind, v_fslot
+                                  FROM (SELECT s.slot_no FROM pyqueue_limit_slot s
+                                         WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
+                                           AND s.slot_no = ANY (v_locked)
+                                           AND (s.msg_id IS NULL
+                                                OR NOT pyqueue__slot_held(in_queue, r.p_kind::text, s.msg_key::text,
+                                                                          s.msg_id, s.msg_attempts, in_now))
+                                         ORDER BY s.slot_no) f;
+                                v_lkinds := pg_catalog.array_append(v_lkinds, r.p_kind::text);
+                            END IF;
+                        END IF;
+                        IF r.p_kind::text = ANY (v_slow) THEN
+                            IF NOT pyqueue__limit_claim(in_queue, r.p_kind::text, r.id, r.p_key::text, r.attempts,
+                                                        in_now, v_taken) THEN
+                                v_full := pg_catalog.array_append(v_full, r.p_kind::text);
+                                v_skipped := true;
+                                CONTINUE;
+                            END IF;
+                        ELSE
+                            v_f := pg_catalog.array_position(v_fkind, r.p_kind::text);
+                            IF v_f IS NULL THEN  -- every slot of the kind is busy
+                                v_full := pg_catalog.array_append(v_full, r.p_kind::text);
+                                v_skipped := true;
+                                CONTINUE;
+                            END IF;
+                            v_fkind[v_f] := NULL;
+                            UPDATE pyqueue_limit_slot
+                               SET msg_id = r.id, msg_key = r.p_key, msg_attempts = r.attempts + 1
+                             WHERE queue_name::text = in_queue AND p_kind::text = r.p_kind::text
+                               AND slot_no = v_fslot[v_f];
+                        END IF;
                     END IF;
                     IF v_kslot IS NOT NULL THEN
+                        v_ukind[v_j] := NULL;
                         UPDATE pyqueue_rate_slot s SET used_at = o_at
                          WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
                            AND s.slot_no = v_kslot;
                     END IF;
                     IF v_wslot IS NOT NULL THEN
+                        v_ukind[v_k] := NULL;
                         UPDATE pyqueue_rate_slot s SET used_at = o_at
                          WHERE s.queue_name::text = in_queue AND s.p_kind::text = ''::text AND s.slot_no = v_wslot;
                     END IF;
