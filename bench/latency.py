@@ -155,10 +155,10 @@ def stream_worker(dsn: str, queue: str, handlers: int, ready, stop, out) -> None
     out.put(lat)
 
 
-def measure_stream(dsn: str, rate: float, seconds: float, producers: int, backlog: int) -> dict:
-    """Pickup under a steady stream: `producers` sessions push single no-op jobs at `rate` a second in
-    all (0: as fast as they can) for `seconds` while a 16-handler worker runs; then a backlog pushed
-    into the paused queue, drained from queue_resume (jobs/s)."""
+def measure_stream(dsn: str, rate: float, seconds: float, producers: int, batch: int, backlog: int) -> dict:
+    """Pickup under a steady stream: `producers` sessions push no-op jobs (push, or push_many of `batch`)
+    at `rate` a second in all (0: as fast as they can) for `seconds` while a 16-handler worker runs; then
+    a backlog pushed into the paused queue, drained from queue_resume (jobs/s)."""
     db, mp = pyqueue_sql.connect(dsn), multiprocessing.get_context("spawn")
     q = db.queue("bench.stream").create()
     ready, stop, out = mp.Event(), mp.Event(), mp.Queue()
@@ -166,7 +166,7 @@ def measure_stream(dsn: str, rate: float, seconds: float, producers: int, backlo
     proc.start()
     ready.wait(60)
     time.sleep(2.0)
-    pushed = [0] * producers
+    pushed, push_ms = [0] * producers, []
 
     def produce(p: int) -> None:
         with pyqueue_sql.connect(dsn) as c:
@@ -174,8 +174,13 @@ def measure_stream(dsn: str, rate: float, seconds: float, producers: int, backlo
             while (now := time.monotonic()) < t0 + seconds:
                 if rate and (wait := t0 + pushed[p] * producers / rate - now) > 0:
                     time.sleep(wait)
-                pq.push(f"s{p}-{pushed[p]}", "noop", {"t": time.time()})
-                pushed[p] += 1
+                t = time.time()
+                if batch > 1:
+                    pq.push_many([(f"s{p}-{pushed[p] + i}", "noop", {"t": t}) for i in range(batch)])
+                else:
+                    pq.push(f"s{p}-{pushed[p]}", "noop", {"t": t})
+                push_ms.append((time.time() - t) * 1000)
+                pushed[p] += batch
 
     with concurrent.futures.ThreadPoolExecutor(producers) as pool:
         list(pool.map(produce, range(producers)))
@@ -194,6 +199,7 @@ def measure_stream(dsn: str, rate: float, seconds: float, producers: int, backlo
     proc.join(timeout=30)
     db.close()
     return summary(lat, sum(pushed)) | {
+        "push_p50_ms": round(statistics.median(push_ms), 2),
         "pushed_per_s": round(sum(pushed) / seconds, 1),
         "backlog_jobs_per_s": round(backlog / drain),
     }
@@ -209,34 +215,19 @@ def run_stream(args) -> int:
                 if sql:
                     common.install_commit("postgresql", dsn, sql)
                 load = common.loadavg()[0]
-                m = measure_stream(dsn, args.stream, args.stream_seconds, args.producers, args.backlog)
+                m = measure_stream(
+                    dsn, args.stream, args.stream_seconds, args.producers, args.batch, args.backlog
+                )
             report.append({"round": r + 1, "sql": sql or "this tree", "load": load} | m)
             print(json.dumps(report[-1]), flush=True)
-            keys = (
-                "samples",
-                "missing",
-                "p50_ms",
-                "p95_ms",
-                "p99_ms",
-                "max_ms",
-                "pushed_per_s",
-                "backlog_jobs_per_s",
-            )
+            keys = "samples missing p50_ms p95_ms p99_ms max_ms push_p50_ms pushed_per_s backlog_jobs_per_s".split()
             rows.append((r + 1, sql or "this tree", load, *(m[k] for k in keys)))
-    head = [
-        "round",
-        "SQL",
-        "load",
-        "jobs",
-        "missing",
-        "p50 ms",
-        "p95 ms",
-        "p99 ms",
-        "max ms",
-        "pushed/s",
-        "backlog jobs/s",
-    ]
-    md = [f"`{common.command()}`", "", *common.table(head, rows, "llrrrrrrrrr")]
+    head = (
+        "round|SQL|load|jobs|missing|p50 ms|p95 ms|p99 ms|max ms|push p50 ms|pushed/s|backlog jobs/s".split(
+            "|"
+        )
+    )
+    md = [f"`{common.command()}`", "", *common.table(head, rows, "llrrrrrrrrrr")]
     common.write(
         args.out, time.strftime("pickup-%Y-%m-%dT%H%M%SZ", time.gmtime()), "\n".join(md) + "\n", report, ""
     )
@@ -261,6 +252,7 @@ def main(argv=None) -> int:
         ("--stream-seconds", 20.0, "how long the stream runs"),
         ("--stream-sql", None, "the stream also on this commit's SQL, rounds alternated (an A/B)"),
         ("--producers", 4, "producer sessions of the stream"),
+        ("--batch", 1, "jobs a push of the stream (more than 1: push_many)"),
         ("--backlog", 20000, "jobs drained from a paused queue after the stream"),
     )
     parser.add_argument("--dialect", choices=("postgresql", "mysql"), action="append")
