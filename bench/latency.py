@@ -251,8 +251,8 @@ def main(argv=None) -> int:
         ),
         ("--stream-seconds", 20.0, "how long the stream runs"),
         ("--stream-sql", None, "the stream also on this commit's SQL, rounds alternated (an A/B)"),
-        ("--producers", 4, "producer sessions of the stream"),
-        ("--batch", 1, "jobs a push of the stream (more than 1: push_many)"),
+        ("--producers", 1, "producer sessions of the stream"),
+        ("--batch", 8, "jobs a push of the stream (more than 1: push_many; 1: push)"),
         ("--backlog", 20000, "jobs drained from a paused queue after the stream"),
     )
     parser.add_argument("--dialect", choices=("postgresql", "mysql"), action="append")
