@@ -1,7 +1,9 @@
 """Push -> handler-start latency of an idle Worker, its queries a second while idle, and the cost of
-the NOTIFY throttle (PostgreSQL, as ratios to delayed); or a limited reserve's. bench/README.md, Latency.
+the NOTIFY throttle (PostgreSQL, as ratios to delayed); or a limited reserve's; or the pickup latency
+under a steady stream (--stream). bench/README.md, Latency.
 
     python -m bench latency                       # both dialects
+    python -m bench latency --stream 800 --stream-sql main --rounds 3   # PostgreSQL, A/B alternated
     python -m bench latency --dialect postgresql --samples 300
     python -m bench latency --limited 5 --limited-sql COMMIT   # MariaDB, COMMIT's routines
 """
@@ -12,6 +14,7 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import json
+import multiprocessing
 import random
 import statistics
 import sys
@@ -135,6 +138,102 @@ def measure_limited(dsn: str, limited: int, consumers: int, seconds: float) -> d
     return {name: summary(v, len(v)) for name, v in lat.items()}
 
 
+def stream_worker(dsn: str, queue: str, handlers: int, ready, stop, out) -> None:
+    """A Worker of `handlers` threads in a process of its own, as users run one: each no-op job's
+    enqueue -> start in ms (the producer's time.time() is in the payload); sent to out at stop."""
+    lat: list[float] = []
+    worker = pyqueue_sql.Worker(dsn, concurrency=handlers)
+    worker.add_handler(
+        queue, lambda job: "t" in job.payload and lat.append((time.time() - job.payload["t"]) * 1000)
+    )
+    t = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    t.start()
+    ready.set()
+    stop.wait()
+    worker.stop()
+    t.join(timeout=60)
+    out.put(lat)
+
+
+def measure_stream(dsn: str, rate: float, seconds: float, producers: int, batch: int, backlog: int) -> dict:
+    """Pickup under a steady stream: `producers` sessions push no-op jobs (push, or push_many of `batch`)
+    at `rate` a second in all (0: as fast as they can) for `seconds` while a 16-handler worker runs; then
+    a backlog pushed into the paused queue, drained from queue_resume (jobs/s)."""
+    db, mp = pyqueue_sql.connect(dsn), multiprocessing.get_context("spawn")
+    q = db.queue("bench.stream").create()
+    ready, stop, out = mp.Event(), mp.Event(), mp.Queue()
+    proc = mp.Process(target=stream_worker, args=(dsn, q.name, 16, ready, stop, out), daemon=True)
+    proc.start()
+    ready.wait(60)
+    time.sleep(2.0)
+    pushed, push_ms = [0] * producers, []
+
+    def produce(p: int) -> None:
+        with pyqueue_sql.connect(dsn) as c:
+            pq, t0 = c.queue(q.name), time.monotonic()
+            while (now := time.monotonic()) < t0 + seconds:
+                if rate and (wait := t0 + pushed[p] * producers / rate - now) > 0:
+                    time.sleep(wait)
+                t = time.time()
+                if batch > 1:
+                    pq.push_many([(f"s{p}-{pushed[p] + i}", "noop", {"t": t}) for i in range(batch)])
+                else:
+                    pq.push(f"s{p}-{pushed[p]}", "noop", {"t": t})
+                push_ms.append((time.time() - t) * 1000)
+                pushed[p] += batch
+
+    with concurrent.futures.ThreadPoolExecutor(producers) as pool:
+        list(pool.map(produce, range(producers)))
+    while db.queue(q.name).stats().ready and proc.is_alive():
+        time.sleep(0.1)
+    q.pause()
+    common.push_jobs(dsn, backlog, q.name)
+    t = time.perf_counter()
+    q.resume()
+    while db.queue(q.name).stats().ready and proc.is_alive():
+        time.sleep(0.02)
+    drain = time.perf_counter() - t
+    time.sleep(1.0)
+    stop.set()
+    lat = out.get(timeout=90)[: sum(pushed)]
+    proc.join(timeout=30)
+    db.close()
+    return summary(lat, sum(pushed)) | {
+        "push_p50_ms": round(statistics.median(push_ms), 2),
+        "pushed_per_s": round(sum(pushed) / seconds, 1),
+        "backlog_jobs_per_s": round(backlog / drain),
+    }
+
+
+def run_stream(args) -> int:
+    """--stream: rounds of this tree's SQL against --stream-sql's (if given), alternated."""
+    sources = [None, args.stream_sql] if args.stream_sql else [None]
+    rows, report = [], []
+    for r in range(args.rounds):
+        for sql in sources if r % 2 == 0 else sources[::-1]:
+            with common.database("postgresql", "pick", install=sql is None) as dsn:
+                if sql:
+                    common.install_commit("postgresql", dsn, sql)
+                load = common.loadavg()[0]
+                m = measure_stream(
+                    dsn, args.stream, args.stream_seconds, args.producers, args.batch, args.backlog
+                )
+            report.append({"round": r + 1, "sql": sql or "this tree", "load": load} | m)
+            print(json.dumps(report[-1]), flush=True)
+            keys = "samples missing p50_ms p95_ms p99_ms max_ms push_p50_ms pushed_per_s backlog_jobs_per_s".split()
+            rows.append((r + 1, sql or "this tree", load, *(m[k] for k in keys)))
+    head = (
+        "round|SQL|load|jobs|missing|p50 ms|p95 ms|p99 ms|max ms|push p50 ms|pushed/s|backlog jobs/s".split(
+            "|"
+        )
+    )
+    md = [f"`{common.command()}`", "", *common.table(head, rows, "llrrrrrrrrrr")]
+    common.write(
+        args.out, time.strftime("pickup-%Y-%m-%dT%H%M%SZ", time.gmtime()), "\n".join(md) + "\n", report, ""
+    )
+    return 0
+
+
 def main(argv=None) -> int:
     parser = common.parser(
         __doc__.splitlines()[0],
@@ -145,10 +244,22 @@ def main(argv=None) -> int:
         ("--out", "bench/results", "where latency-<time>.{json,md} go"),
         ("--limited", -1, "only the limited reserve: this many of five kinds limited (8 consumers, 10 s)"),
         ("--limited-sql", None, "the limited reserve on this commit's SQL (an A/B)"),
+        (
+            "--stream",
+            -1.0,
+            "only pickup under a steady stream of this many jobs/s (PostgreSQL; 0: full speed)",
+        ),
+        ("--stream-seconds", 20.0, "how long the stream runs"),
+        ("--stream-sql", None, "the stream also on this commit's SQL, rounds alternated (an A/B)"),
+        ("--producers", 1, "producer sessions of the stream"),
+        ("--batch", 8, "jobs a push of the stream (more than 1: push_many; 1: push)"),
+        ("--backlog", 20000, "jobs drained from a paused queue after the stream"),
     )
     parser.add_argument("--dialect", choices=("postgresql", "mysql"), action="append")
     args = parser.parse_args(argv)
     common.exit_on_sigterm()
+    if args.stream >= 0:
+        return run_stream(args)
     if args.limited >= 0:
         with common.database("mysql", "lim", install=not args.limited_sql) as dsn:
             if args.limited_sql:

@@ -206,6 +206,7 @@ DROP FUNCTION IF EXISTS pyqueue__result_notify(text, text, text, text);
 DROP FUNCTION IF EXISTS pyqueue__result_channel(text);
 DROP FUNCTION IF EXISTS pyqueue__archive(pyqueue_queue, pyqueue_message, text, text, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__notify(text);
+DROP FUNCTION IF EXISTS pyqueue__notify_key(text, bigint);
 DROP FUNCTION IF EXISTS pyqueue__channel(text);
 DROP FUNCTION IF EXISTS pyqueue__extend(text, text, text, text, interval);
 DROP FUNCTION IF EXISTS pyqueue__give_back(text, text, text, text, interval, text, text);

@@ -220,12 +220,16 @@ def test_a_push_never_waits_for_another_transaction_s_throttle_claim(listener, q
 
 @pytest.mark.slow
 @pytest.mark.only_dialect("postgresql")
-def test_concurrent_pushers_are_throttled(listener, queue, connect):
+def test_concurrent_pushers_are_throttled_each_in_its_own_session(listener, queue, connect):
+    """The window counts per producer session: 4 sessions of 50 pushes each inside one window
+    send one wakeup each, the first of their pushes."""
     listen, received = listener
-    listen(queue)
+    channel = listen(queue)
     queue.set_notify_window(3600)
     queue.push("first", "k", {})
     assert len(received()) == 1
+    queue.push("second", "k", {})
+    assert received() == []  # the same session, inside its window
 
     def produce(i):
         q = connect().queue(queue.name)
@@ -237,8 +241,33 @@ def test_concurrent_pushers_are_throttled(listener, queue, connect):
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert received() == []  # 200 pushes inside the window: no more wakeups
-    assert queue.stats().ready == 201
+    assert received() == [(channel, queue.name)] * 4  # 200 pushes: one wakeup per session
+    assert queue.stats().ready == 202
+
+
+@pytest.mark.only_dialect("postgresql")
+def test_pushes_10_ms_apart_each_notify_and_write_no_throttle_row(listener, queue, make_queue, raw):
+    """The throttle is per producer session (a session setting) and a few ms wide by default: two
+    pushes of one session 10 ms apart each wake the listeners, and no push writes a shared row for
+    it (one row updated by every wakeup kept thousands of versions under a held xmin horizon, and
+    every push read them)."""
+    listen, received = listener
+    channel = listen(queue)
+    assert queue.push("a", "k", {})
+    time.sleep(0.01)
+    assert queue.push("b", "k", {})
+    assert received() == [(channel, queue.name)] * 2
+    row = "SELECT xmin::text, ctid::text FROM pyqueue_notify WHERE queue_name = %s"
+    assert raw(row, (queue.name,)) == []  # no row made for the default window
+    tuned = make_queue()
+    tuned_channel = listen(tuned)
+    tuned.set_notify_window(0.005)  # a row of its own, which pushes read and leave as it is
+    before = raw(row, (tuned.name,))
+    for i in range(3):
+        time.sleep(0.01)
+        assert tuned.push(f"t{i}", "k", {})
+    assert received() == [(tuned_channel, tuned.name)] * 3
+    assert raw(row, (tuned.name,)) == before, "a push wrote the queue's throttle row"
 
 
 # -- every path that makes a message ready now wakes the queue's consumers ---------

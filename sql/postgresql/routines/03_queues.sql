@@ -143,7 +143,7 @@ $$;
 
 -- queue_settings: the settings of a queue (every queue when NULL), by name:
 -- visibility_timeout, max_attempts, dead_letter_queue, history_retention,
--- paused, notify_window (the wakeup throttle; 50 ms unless set),
+-- paused, notify_window (the wakeup throttle; 5 ms unless set),
 -- max_reservation, max_payload (bytes) and result_retention. Reads without
 -- locks. Installs of earlier versions returned fewer columns (up to
 -- notify_window, or up to max_payload): that function is dropped (a
@@ -172,7 +172,7 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT q.queue_name::text, q.visibility_timeout, q.max_attempts, q.dead_letter_queue::text,
-               q.history_retention, q.paused, coalesce(n.notify_window, interval '50 milliseconds'),
+               q.history_retention, q.paused, coalesce(n.notify_window, interval '5 milliseconds'),
                q.max_reservation, q.max_payload, q.result_retention
           FROM pyqueue_queue q
           LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text

@@ -31,7 +31,7 @@ $$;
 -- READ COMMITTED) runs no further nested function until it has to send a
 -- wakeup: the checks are one expression, the lock and the lookup are
 -- pyqueue__queue's own statements, and the same lookup reads the queue's
--- wakeup throttle, so that a push inside the window does not call
+-- wakeup window, so that a push inside its session's window does not call
 -- pyqueue__notify only for it to read that row and return. Each nested
 -- PL/pgSQL call costs a few microseconds (docs/performance.md, Decisions);
 -- the wrapper's call of this SECURITY INVOKER function (no SET clause, so
@@ -53,8 +53,8 @@ DECLARE
     v_xid xid8 := pg_catalog.pg_current_xact_id();  -- first: see pyqueue__ready_from_advance
     v_now timestamptz := pg_catalog.clock_timestamp();
     v_at  timestamptz;
-    v_window interval;  -- the queue's notify_window (NULL: no throttle row yet)
-    v_last   timestamptz;
+    v_window interval;  -- the queue's notify_window (NULL: no row, the default)
+    v_read   boolean := false;  -- v_window was read
     v_new    boolean;
     v_max    integer;   -- the queue's max_payload
     v_bytes  integer;
@@ -65,9 +65,10 @@ BEGIN
         -- as pyqueue__queue(in_queue, true) at READ COMMITTED: the lock, then a read that sees a drop that went first
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtext('pyqueue-sql queue'),
                                                         pg_catalog.hashtext(in_queue));
-        SELECT n.notify_window, n.last_notified_at, q.max_payload INTO v_window, v_last, v_max
+        SELECT n.notify_window, q.max_payload INTO v_window, v_max
           FROM pyqueue_queue q LEFT JOIN pyqueue_notify n ON n.queue_name::text = q.queue_name::text
          WHERE q.queue_name::text = in_queue;
+        v_read := FOUND;
         IF NOT FOUND THEN
             PERFORM pyqueue__queue(in_queue, true);  -- raises unknown_queue
         END IF;
@@ -103,9 +104,13 @@ BEGIN
     VALUES (in_queue, in_key, in_kind, in_payload, coalesce(in_priority, 0), v_at, v_at, v_now, v_headers)
     ON CONFLICT (queue_name, p_key, p_kind) DO NOTHING;
     v_new := FOUND;
-    -- pyqueue__notify's own test of the window, on the row read above (v_window NULL: not read, or no row yet)
+    -- pyqueue__notify's own first test, this session's window, on the window read above
     IF v_new AND v_at <= v_now
-       AND (v_window IS NULL OR v_window <= interval '0' OR v_last <= pg_catalog.clock_timestamp() - v_window) THEN
+       AND (NOT v_read OR v_window <= interval '0'
+            OR coalesce(nullif(pg_catalog.current_setting('pyqueue.n' || pg_catalog.md5(in_queue), true), '')
+                        ::double precision, 0::double precision)
+               <= extract(epoch FROM pg_catalog.clock_timestamp() - coalesce(v_window, interval '5 milliseconds'))
+                  ::double precision) THEN
         PERFORM pyqueue__notify(in_queue);
     ELSIF v_new AND v_at > v_now THEN
         -- a delayed message now the earliest due of its queue: waiters re-time to it (one probe of
