@@ -152,31 +152,71 @@ def test_a_failure_callback_runs_once_when_a_step_fails_and_never_when_all_succe
         assert ("step", "failed") in failed, (label, failed)
 
 
-def test_set_delays_keys_and_routes_a_step_and_a_chain_crosses_queues(app):
-    other_queue = f"{app.default_queue}.other"
+def test_set_delays_keys_and_routes_a_step_and_a_chain_crosses_queues(dsn):
+    home = f"cv.{uuid.uuid4().hex[:12]}"
+    other_queue, route = f"{home}.other", f"{home}.route"
+    app = App(dsn, queue=home, routes=[route])
+    ran: list[tuple[str, str]] = []
 
     @app.task(store_result=True)
     def here(n: int) -> int:
+        ran.append(("here", pyqueue_sql.current_job().queue))
         return n + 1
 
     @app.task(queue=other_queue, store_result=True)
     def there(n: int) -> int:
         return n * 10
 
+    try:
+        app.create_queues()
+        db = app.database()
+        later = here.s(1).set(run_at=dt.timedelta(hours=1), key="later-1", priority=7).defer()
+        assert (later.key, later.status().state) == ("later-1", "delayed")
+        assert db.queue(home).message("later-1", "here").priority == 7
+        assert later.cancel()
+        # here -> there -> here -> there: each step waits in the other queue for the one before
+        last = pyqueue_sql.chain(here.s(1), there.s(), here.s(), there.s()).defer()
+        assert app.run_pending().succeeded == 4
+        assert last.result(timeout=5) == 210
+        # a step set() on the app's route: pushed there, and run there by a worker of the app
+        ran.clear()
+        routed = pyqueue_sql.chain(here.s(1), here.s().set(queue=route), there.s()).defer()
+        assert [db.queue(q).messages()[0].kind for q in (home, route, other_queue)] == ["here"] * 2 + [
+            "there"
+        ]
+        with running(app):
+            assert routed.result(timeout=30) == 30
+        assert ran == [("here", home), ("here", route)]
+    finally:
+        app.close()
+
+
+def test_set_refuses_a_queue_no_worker_of_the_app_serves_in_one_line(app):
+    @app.task(store_result=True)
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task(queue=f"{app.default_queue}.other", store_result=True)
+    def other(x: int) -> int:
+        return x
+
     app.create_queues()
     db = app.database()
-    later = here.s(1).set(run_at=dt.timedelta(hours=1), key="later-1", priority=7).defer()
-    assert (later.key, later.status().state) == ("later-1", "delayed")
-    assert db.queue(app.default_queue).message("later-1", "here").priority == 7
-    routed = here.s(2).set(queue=other_queue).defer()
-    assert routed.queue == other_queue
-    assert db.queue(other_queue).message(routed.key, "here").payload == {"n": 2}
-    assert db.queue(other_queue).cancel(routed.key, "here") == "cancelled"
-    assert later.cancel()
-    # here -> there -> here -> there: each step waits in the other queue for the one before
-    last = pyqueue_sql.chain(here.s(1), there.s(), here.s(), there.s()).defer()
-    assert app.run_pending().succeeded == 4
-    assert last.result(timeout=5) == 210
+    refused = f"task 'add' cannot be routed to queue '{app.default_queue}.other': no worker of the app"
+    for make in (
+        lambda: add.s(1, 2).set(queue=f"{app.default_queue}.other"),  # another task's queue: not a route
+        lambda: pyqueue_sql.signature(add, (1, 2), queue=f"{app.default_queue}.other"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=refused) as caught:
+            make()
+        assert "\n" not in str(caught.value)
+    with pytest.raises(InvalidArgumentError, match="task 'add' cannot be routed to queue 'elsewhere'"):
+        pyqueue_sql.chain(add.s(1, 2), add.s(3).set(queue="elsewhere")).defer()
+    with pytest.raises(InvalidArgumentError, match="queue must be a queue's name"):
+        add.s(1, 2).set(queue="")
+    assert add.s(1, 2).set(queue=app.default_queue).defer().queue == app.default_queue  # its own queue
+    assert [m.kind for m in db.queue(app.default_queue).messages()] == ["add"]
+    assert db.queue(f"{app.default_queue}.other").messages() == []
 
 
 def test_mistakes_are_refused_in_one_line_and_nothing_is_enqueued(app):
@@ -215,20 +255,22 @@ def test_mistakes_are_refused_in_one_line_and_nothing_is_enqueued(app):
     with pytest.raises(InvalidArgumentError, match="expires is in the past"):
         add.s(1, 2).set(expires=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
     assert queue.messages() == []
-    # refused by the database at the second push of a chain: the first is rolled back with it
-    no_results = App(app.dsn, queue=f"cv.{uuid.uuid4().hex[:12]}")
+    # refused by the database at the second push of a chain (its route keeps no results): the
+    # first push is rolled back with it
+    bare = f"{app.default_queue}.bare"
+    routed = App(app.dsn, queue=app.default_queue, routes=[bare])
     try:
 
-        @no_results.task(store_result=True)
-        def elsewhere(x: int) -> int:
-            return x
+        @routed.task(store_result=True)
+        def plus(x: int, y: int) -> int:
+            return x + y
 
-        no_results.database().queue(no_results.default_queue).create()  # keeps no results
+        routed.database().queue(bare).create()  # keeps no results
         with pytest.raises(InvalidArgumentError):
-            pyqueue_sql.chain(add.s(1, 2), add.s(3).set(queue=no_results.default_queue)).defer()
+            pyqueue_sql.chain(plus.s(1, 2), plus.s(3).set(queue=bare)).defer()
         assert queue.messages() == []
     finally:
-        no_results.close()
+        routed.close()
 
 
 @pytest.mark.slow  # a worker process, an order whose step runs into its 2 s timeout: 6-10 s
