@@ -273,13 +273,14 @@ def test_mistakes_are_refused_in_one_line_and_nothing_is_enqueued(app):
         routed.close()
 
 
-@pytest.mark.slow  # a worker process, an order whose step runs into its 2 s timeout: 6-10 s
-def test_the_celery_example_application_runs_under_the_cli_worker(installed_database, dialect):
-    """examples/celery_app.py as its docstring runs it: `setup`, then `pyqueue-sql worker` serving
-    its two queues while orders are placed: a chain and a chord whose values flow step to step
-    (across the routed queue), a chain stopped by an unknown product and one by its step's time
-    limit, each reported once by its failure callback; the rate in SQL; then the hourly beat task,
-    run by the time machine."""
+@pytest.mark.slow  # worker processes, an order whose step runs into its 2 s timeout and 2 s kill grace: 8-12 s
+def test_the_celery_example_application_runs_under_the_cli_worker(installed_database, dialect, tmp_path):
+    """examples/celery_app.py as its docstring runs it: `setup`, then `pyqueue-sql worker
+    --processes 2 --kill-grace 2` serving its two queues while orders are placed: a chain and a
+    chord whose values flow step to step (across the routed queue), a chain stopped by an unknown
+    product and one by its step's time limit (blocked in C: its process replaced, the hard limit),
+    each reported once by its failure callback, routed to the emails queue; the rate of
+    rate_limit= in SQL; then the hourly beat task, run by the time machine."""
     dsn = installed_database("celery")
     env = {**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_DSN": dsn}
     setup = subprocess.run(
@@ -293,13 +294,18 @@ def test_the_celery_example_application_runs_under_the_cli_worker(installed_data
     from examples import celery_app as example
 
     example.app.dsn = dsn
+    log_path = tmp_path / "worker.log"
+    log_file = log_path.open("wb")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "pyqueue_sql.cli", "worker", "examples.celery_app:app", "--no-status"],
+        [
+            *(sys.executable, "-m", "pyqueue_sql.cli", "worker", "examples.celery_app:app", "--no-status"),
+            *("--processes", "2", "--kill-grace", "2"),
+        ],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log_file,
     )
     try:
         receipt, invoice = example.place_order(1, ["book", "pen"])
@@ -315,19 +321,24 @@ def test_the_celery_example_application_runs_under_the_cli_worker(installed_data
             late[0].result(timeout=60)
         assert late[1].result(timeout=60) == "invoice for order 3: 4200 = 4200 cents"
         failed = {
-            key: example.app.handle(example.SHOP, key, "order_failed").result(timeout=60)
+            key: example.app.handle(example.EMAILS, key, "order_failed").result(timeout=60)
             for key in ("order-2-checkout-failed", "order-2-invoice-failed", "order-3-checkout-failed")
         }
+        # the hard limit: the process of the quote still blocked 2 s past its timeout is replaced
+        wait_for(lambda: b"event=process_replaced" in log_path.read_bytes(), 30, "the process replaced")
     finally:
         worker.terminate()
-        _, err = worker.communicate(timeout=30)
-    assert worker.returncode == 0, err.decode()
+        worker.wait(timeout=30)
+        log_file.close()
+    log = log_path.read_text()
+    assert worker.returncode == 0, log
+    assert "/quote_shipping still runs 2 s after its timeout (a blocking call): terminated" in log, log
     assert failed["order-2-checkout-failed"].startswith("order 2 checkout failed: reserve_stock: KeyError:")
     assert failed["order-2-invoice-failed"].startswith("order 2 invoice failed: price: KeyError:")
     assert failed["order-3-checkout-failed"].startswith(
         "order 3 checkout failed: quote_shipping: TimeoutError"
     )
-    assert example.app.handle(example.SHOP, "order-1-checkout-failed", "order_failed").status().state in (
+    assert example.app.handle(example.EMAILS, "order-1-checkout-failed", "order_failed").status().state in (
         "cancelled",
         "unknown",
     )
