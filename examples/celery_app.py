@@ -7,10 +7,15 @@ What each part was in Celery, and is here:
   each step gets the value of the one before as its first argument, as in Celery.
 - invoice: ``chord(price.s(sku) for sku in skus)(invoice_total.s(7))``:
   ``pyqueue_sql.chord([...], invoice_total.s(7)).on_error(...)``.
-- routing, ``task_routes = {"shop.send_receipt": {"queue": "emails"}}``: ``@app.task(queue=EMAILS)``.
-- ``rate_limit="10/s"`` on send_receipt: the rate of its kind in SQL, set by setup(), which every
-  worker counts together.
-- ``soft_time_limit=2`` on quote_shipping: ``timeout=2`` (a def gets TimeLimitExceeded in its thread).
+- routing, ``task_routes = {"shop.send_receipt": {"queue": "emails"}}``: ``@app.task(queue=EMAILS)``;
+  one call routed, ``order_failed.si(7).set(queue="emails")``: the same, the queue declared in
+  ``App(routes=[EMAILS])`` so that the app's workers run any of its tasks there.
+- ``rate_limit="10/s"`` on send_receipt: the same, ``@app.task(rate_limit="10/s")``, the rate of its
+  kind in SQL, set by setup(), which every worker counts together.
+- ``soft_time_limit=2, time_limit=4`` on quote_shipping: ``timeout=2`` (a def gets TimeLimitExceeded
+  in its thread; its attempt fails with TimeoutError), and the worker's ``--processes 2
+  --kill-grace 2``: a call still blocked in C 2 s after its timeout has its process terminated and
+  replaced.
 - beat, purge_carts every hour: ``@app.periodic(every=3600)``, a schedule in the database; no beat
   process.
 - the result backend: ``store_result=True``; ``handle.result(timeout=...)`` is ``AsyncResult.get``.
@@ -19,7 +24,7 @@ Run it (tests/tasks/test_canvas.py runs it so, on both dialects):
 
     export PYQUEUE_DSN=postgresql://localhost/app
     python -m examples.celery_app setup                 # queues, the rate, the schedule (an admin's)
-    pyqueue-sql worker examples.celery_app:app          # celery -A shop worker -B
+    pyqueue-sql worker examples.celery_app:app --processes 2 --kill-grace 2   # celery -A shop worker -B
     python -m examples.celery_app order 7 book pen      # places an order, prints its receipt and invoice
 """
 
@@ -38,7 +43,7 @@ SHOP = "shop"
 EMAILS = "shop.emails"
 PRICES = {"book": 1500, "pen": 300, "lamp": 4200}  # cents
 
-app = App(os.environ.get("PYQUEUE_DSN", "postgresql://localhost/app"), queue=SHOP)
+app = App(os.environ.get("PYQUEUE_DSN", "postgresql://localhost/app"), queue=SHOP, routes=[EMAILS])
 
 
 @dataclass(frozen=True)
@@ -61,9 +66,9 @@ def reserve_stock(order_id: int, skus: list[str]) -> Order:
 
 @app.task(store_result=True, timeout=2, retry=RetryPolicy(base=1, give_up_on=TimeoutError))
 def quote_shipping(order: Order, carrier_delay: float = 0.0) -> Order:
-    deadline = time.monotonic() + carrier_delay
-    while time.monotonic() < deadline:  # the carrier's API, polled: stopped past the timeout
-        time.sleep(0.05)
+    # the carrier's API, a blocking call (a socket read): TimeLimitExceeded cannot reach it, so
+    # past the timeout its attempt fails and, --kill-grace seconds later, its process is replaced
+    time.sleep(carrier_delay)
     return Order(order.id, order.skus, shipping=500)
 
 
@@ -72,7 +77,7 @@ def charge(order: Order) -> int:
     return sum(PRICES[sku] for sku in order.skus) + order.shipping
 
 
-@app.task(queue=EMAILS, store_result=True)
+@app.task(queue=EMAILS, store_result=True, rate_limit="10/s")
 def send_receipt(total: int, order_id: int) -> str:
     return f"receipt for order {order_id}: {total} cents"
 
@@ -89,7 +94,8 @@ def invoice_total(prices: list[int], order_id: int) -> str:
 
 @app.task(store_result=True)
 def order_failed(order_id: int, flow: str) -> str:
-    """The failure callback of an order's flows: which step failed, and why."""
+    """The failure callback of an order's flows (routed to the emails queue): which step
+    failed, and why."""
     failed = [p for p in app.failed_parents() if p.state == "failed"]
     return f"order {order_id} {flow} failed: " + "; ".join(f"{p.kind}: {p.error}" for p in failed)
 
@@ -101,25 +107,27 @@ def purge_carts(at: dt.datetime) -> str:
 
 
 def setup() -> None:
-    """The queues (results kept a day), send_receipt's rate of 10 a second, the hourly schedule."""
+    """The queues and the route (results kept a day), send_receipt's rate of 10 a second, the
+    hourly schedule."""
     app.create_queues(max_attempts=3)
-    app.database().queue(EMAILS).set_rate("send_receipt", 10, 1)
 
 
 def place_order(
     order_id: int, skus: list[str], carrier_delay: float = 0.0
 ) -> tuple[TaskHandle[str], TaskHandle[str]]:
-    """Defers an order's checkout (a chain) and invoice (a chord), each with its failure callback,
-    keyed by the order (app.handle(SHOP, f"order-{order_id}-checkout-failed", "order_failed")
-    reads it). Returns the handles of the receipt and of the invoice."""
+    """Defers an order's checkout (a chain) and invoice (a chord), each with its failure callback
+    on the emails queue, keyed by the order (app.handle(EMAILS, f"order-{order_id}-checkout-failed",
+    "order_failed") reads it). Returns the handles of the receipt and of the invoice."""
     checkout = pyqueue_sql.chain(
         reserve_stock.s(order_id, skus),
         quote_shipping.s(carrier_delay),
         charge.s(),
         send_receipt.s(order_id),
-    ).on_error(order_failed.si(order_id, "checkout").set(key=f"order-{order_id}-checkout-failed"))
+    ).on_error(
+        order_failed.si(order_id, "checkout").set(queue=EMAILS, key=f"order-{order_id}-checkout-failed")
+    )
     invoice = pyqueue_sql.chord([price.s(sku) for sku in skus], invoice_total.s(order_id)).on_error(
-        order_failed.si(order_id, "invoice").set(key=f"order-{order_id}-invoice-failed")
+        order_failed.si(order_id, "invoice").set(queue=EMAILS, key=f"order-{order_id}-invoice-failed")
     )
     return checkout.defer(), invoice.defer()
 

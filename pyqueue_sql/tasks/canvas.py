@@ -314,7 +314,7 @@ def _plan_signature(
     options = dict(sig.options)
     queue = options.pop("queue", None)
     if queue is not None and queue != task.queue:
-        task = task._copy(queue=queue)
+        task = task.configure(queue=queue)  # a route of the app, checked by set()
     if parents and task.options.after is not None:
         raise errors.InvalidArgumentError(
             f"{sig!r}: its task was configured with after=, and it is a step after another: one or the other"

@@ -1076,17 +1076,15 @@ class Signature(Generic[R]):
         headers: Mapping[str, object] | None = None,
     ) -> Signature[R]:
         """A copy with these options (Celery's ``sig.set(...)``; countdown and eta are run_at as
-        a timedelta or a datetime): those configure() takes, checked now, and queue, the queue
-        its job goes to (the task's by default)."""
+        a timedelta or a datetime), those configure() takes, checked now as configure checks
+        them: queue, the queue its job goes to (the task's by default; another must be one of
+        the app's routes, App(routes=[...]), which its workers serve), key, run_at, priority,
+        expires, headers."""
         offered: dict[str, Any] = dict(
-            key=key, run_at=run_at, priority=priority, expires=expires, headers=headers
+            queue=queue, key=key, run_at=run_at, priority=priority, expires=expires, headers=headers
         )
         given = {k: v for k, v in offered.items() if v is not None}
         self.task.configure(**given)  # refused here, in one line, as configure refuses it
-        if queue is not None:
-            if not isinstance(queue, str) or not queue:
-                raise errors.InvalidArgumentError(f"queue must be a queue's name, not {queue!r}")
-            given["queue"] = queue
         return dataclasses.replace(self, options={**self.options, **given})
 
     def on_error(self, errback: Signature[Any]) -> Signature[R]:

@@ -29,8 +29,6 @@ TOLERATED: tuple[str, ...] = (
     "pyqueue_sql.embedded: PostgresServer._lock (another module's internals)",
     # the asyncio worker's per-job cancel check: Job.cancel_requested without making its event
     "pyqueue_sql.aio.worker: job._cancel_asked (another module's internals)",
-    # a signature's set(queue=) routes its call: a copy of the task on that queue
-    "pyqueue_sql.tasks.canvas: task._copy (another module's internals)",
 )
 
 

@@ -152,31 +152,71 @@ def test_a_failure_callback_runs_once_when_a_step_fails_and_never_when_all_succe
         assert ("step", "failed") in failed, (label, failed)
 
 
-def test_set_delays_keys_and_routes_a_step_and_a_chain_crosses_queues(app):
-    other_queue = f"{app.default_queue}.other"
+def test_set_delays_keys_and_routes_a_step_and_a_chain_crosses_queues(dsn):
+    home = f"cv.{uuid.uuid4().hex[:12]}"
+    other_queue, route = f"{home}.other", f"{home}.route"
+    app = App(dsn, queue=home, routes=[route])
+    ran: list[tuple[str, str]] = []
 
     @app.task(store_result=True)
     def here(n: int) -> int:
+        ran.append(("here", pyqueue_sql.current_job().queue))
         return n + 1
 
     @app.task(queue=other_queue, store_result=True)
     def there(n: int) -> int:
         return n * 10
 
+    try:
+        app.create_queues()
+        db = app.database()
+        later = here.s(1).set(run_at=dt.timedelta(hours=1), key="later-1", priority=7).defer()
+        assert (later.key, later.status().state) == ("later-1", "delayed")
+        assert db.queue(home).message("later-1", "here").priority == 7
+        assert later.cancel()
+        # here -> there -> here -> there: each step waits in the other queue for the one before
+        last = pyqueue_sql.chain(here.s(1), there.s(), here.s(), there.s()).defer()
+        assert app.run_pending().succeeded == 4
+        assert last.result(timeout=5) == 210
+        # a step set() on the app's route: pushed there, and run there by a worker of the app
+        ran.clear()
+        routed = pyqueue_sql.chain(here.s(1), here.s().set(queue=route), there.s()).defer()
+        assert [db.queue(q).messages()[0].kind for q in (home, route, other_queue)] == ["here"] * 2 + [
+            "there"
+        ]
+        with running(app):
+            assert routed.result(timeout=30) == 30
+        assert ran == [("here", home), ("here", route)]
+    finally:
+        app.close()
+
+
+def test_set_refuses_a_queue_no_worker_of_the_app_serves_in_one_line(app):
+    @app.task(store_result=True)
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task(queue=f"{app.default_queue}.other", store_result=True)
+    def other(x: int) -> int:
+        return x
+
     app.create_queues()
     db = app.database()
-    later = here.s(1).set(run_at=dt.timedelta(hours=1), key="later-1", priority=7).defer()
-    assert (later.key, later.status().state) == ("later-1", "delayed")
-    assert db.queue(app.default_queue).message("later-1", "here").priority == 7
-    routed = here.s(2).set(queue=other_queue).defer()
-    assert routed.queue == other_queue
-    assert db.queue(other_queue).message(routed.key, "here").payload == {"n": 2}
-    assert db.queue(other_queue).cancel(routed.key, "here") == "cancelled"
-    assert later.cancel()
-    # here -> there -> here -> there: each step waits in the other queue for the one before
-    last = pyqueue_sql.chain(here.s(1), there.s(), here.s(), there.s()).defer()
-    assert app.run_pending().succeeded == 4
-    assert last.result(timeout=5) == 210
+    refused = f"task 'add' cannot be routed to queue '{app.default_queue}.other': no worker of the app"
+    for make in (
+        lambda: add.s(1, 2).set(queue=f"{app.default_queue}.other"),  # another task's queue: not a route
+        lambda: pyqueue_sql.signature(add, (1, 2), queue=f"{app.default_queue}.other"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=refused) as caught:
+            make()
+        assert "\n" not in str(caught.value)
+    with pytest.raises(InvalidArgumentError, match="task 'add' cannot be routed to queue 'elsewhere'"):
+        pyqueue_sql.chain(add.s(1, 2), add.s(3).set(queue="elsewhere")).defer()
+    with pytest.raises(InvalidArgumentError, match="queue must be a queue's name"):
+        add.s(1, 2).set(queue="")
+    assert add.s(1, 2).set(queue=app.default_queue).defer().queue == app.default_queue  # its own queue
+    assert [m.kind for m in db.queue(app.default_queue).messages()] == ["add"]
+    assert db.queue(f"{app.default_queue}.other").messages() == []
 
 
 def test_mistakes_are_refused_in_one_line_and_nothing_is_enqueued(app):
@@ -215,29 +255,32 @@ def test_mistakes_are_refused_in_one_line_and_nothing_is_enqueued(app):
     with pytest.raises(InvalidArgumentError, match="expires is in the past"):
         add.s(1, 2).set(expires=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
     assert queue.messages() == []
-    # refused by the database at the second push of a chain: the first is rolled back with it
-    no_results = App(app.dsn, queue=f"cv.{uuid.uuid4().hex[:12]}")
+    # refused by the database at the second push of a chain (its route keeps no results): the
+    # first push is rolled back with it
+    bare = f"{app.default_queue}.bare"
+    routed = App(app.dsn, queue=app.default_queue, routes=[bare])
     try:
 
-        @no_results.task(store_result=True)
-        def elsewhere(x: int) -> int:
-            return x
+        @routed.task(store_result=True)
+        def plus(x: int, y: int) -> int:
+            return x + y
 
-        no_results.database().queue(no_results.default_queue).create()  # keeps no results
+        routed.database().queue(bare).create()  # keeps no results
         with pytest.raises(InvalidArgumentError):
-            pyqueue_sql.chain(add.s(1, 2), add.s(3).set(queue=no_results.default_queue)).defer()
+            pyqueue_sql.chain(plus.s(1, 2), plus.s(3).set(queue=bare)).defer()
         assert queue.messages() == []
     finally:
-        no_results.close()
+        routed.close()
 
 
-@pytest.mark.slow  # a worker process, an order whose step runs into its 2 s timeout: 6-10 s
-def test_the_celery_example_application_runs_under_the_cli_worker(installed_database, dialect):
-    """examples/celery_app.py as its docstring runs it: `setup`, then `pyqueue-sql worker` serving
-    its two queues while orders are placed: a chain and a chord whose values flow step to step
-    (across the routed queue), a chain stopped by an unknown product and one by its step's time
-    limit, each reported once by its failure callback; the rate in SQL; then the hourly beat task,
-    run by the time machine."""
+@pytest.mark.slow  # worker processes, an order whose step runs into its 2 s timeout and 2 s kill grace: 8-12 s
+def test_the_celery_example_application_runs_under_the_cli_worker(installed_database, dialect, tmp_path):
+    """examples/celery_app.py as its docstring runs it: `setup`, then `pyqueue-sql worker
+    --processes 2 --kill-grace 2` serving its two queues while orders are placed: a chain and a
+    chord whose values flow step to step (across the routed queue), a chain stopped by an unknown
+    product and one by its step's time limit (blocked in C: its process replaced, the hard limit),
+    each reported once by its failure callback, routed to the emails queue; the rate of
+    rate_limit= in SQL; then the hourly beat task, run by the time machine."""
     dsn = installed_database("celery")
     env = {**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_DSN": dsn}
     setup = subprocess.run(
@@ -251,13 +294,18 @@ def test_the_celery_example_application_runs_under_the_cli_worker(installed_data
     from examples import celery_app as example
 
     example.app.dsn = dsn
+    log_path = tmp_path / "worker.log"
+    log_file = log_path.open("wb")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "pyqueue_sql.cli", "worker", "examples.celery_app:app", "--no-status"],
+        [
+            *(sys.executable, "-m", "pyqueue_sql.cli", "worker", "examples.celery_app:app", "--no-status"),
+            *("--processes", "2", "--kill-grace", "2"),
+        ],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log_file,
     )
     try:
         receipt, invoice = example.place_order(1, ["book", "pen"])
@@ -273,19 +321,24 @@ def test_the_celery_example_application_runs_under_the_cli_worker(installed_data
             late[0].result(timeout=60)
         assert late[1].result(timeout=60) == "invoice for order 3: 4200 = 4200 cents"
         failed = {
-            key: example.app.handle(example.SHOP, key, "order_failed").result(timeout=60)
+            key: example.app.handle(example.EMAILS, key, "order_failed").result(timeout=60)
             for key in ("order-2-checkout-failed", "order-2-invoice-failed", "order-3-checkout-failed")
         }
+        # the hard limit: the process of the quote still blocked 2 s past its timeout is replaced
+        wait_for(lambda: b"event=process_replaced" in log_path.read_bytes(), 30, "the process replaced")
     finally:
         worker.terminate()
-        _, err = worker.communicate(timeout=30)
-    assert worker.returncode == 0, err.decode()
+        worker.wait(timeout=30)
+        log_file.close()
+    log = log_path.read_text()
+    assert worker.returncode == 0, log
+    assert "/quote_shipping still runs 2 s after its timeout (a blocking call): terminated" in log, log
     assert failed["order-2-checkout-failed"].startswith("order 2 checkout failed: reserve_stock: KeyError:")
     assert failed["order-2-invoice-failed"].startswith("order 2 invoice failed: price: KeyError:")
     assert failed["order-3-checkout-failed"].startswith(
         "order 3 checkout failed: quote_shipping: TimeoutError"
     )
-    assert example.app.handle(example.SHOP, "order-1-checkout-failed", "order_failed").status().state in (
+    assert example.app.handle(example.EMAILS, "order-1-checkout-failed", "order_failed").status().state in (
         "cancelled",
         "unknown",
     )
