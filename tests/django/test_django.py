@@ -784,3 +784,15 @@ def test_a_retried_task_keeps_its_first_start_and_each_attempts_worker(migrated_
     assert recorded["worker_ids"] == ["w-one", "w-two"]
     started, last = (dt.datetime.fromisoformat(recorded[k]) for k in ("started_at", "last_attempted_at"))
     assert started < last <= done.finished_at
+
+
+@pytest.mark.parametrize("django", ["5.2"])
+def test_every_task_backends_close_leaves_no_session_open_on_the_database(migrated_database, dialect, django):
+    """A project's tests read results inside override_settings(TASKS=...) (Django drops those
+    backends when it ends), through aget_result (run in an executor's thread) and from a thread of
+    their own; after every task backend's close(), Django's connections closed and gc.collect(),
+    no session of the backend's is left on the database, which the test runner can then drop."""
+    python = _python(django)
+    dsn = migrated_database(python)
+    out = json.loads(_ok(_manage(python, dsn, "drive", "teardown")))
+    assert out["after"] == out["before"] == 0, out
