@@ -3,6 +3,8 @@ try:
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import task
 
+import time
+
 import pyqueue_sql
 from shop.models import Order
 
@@ -39,3 +41,9 @@ def flaky(context) -> int:
     if context.attempt == 1:
         raise RuntimeError("first attempt fails")  # retried, when the queue allows more attempts
     return context.attempt
+
+
+@task(queue_name="emails")
+def nap(seconds: float) -> str:
+    time.sleep(seconds)  # a task that runs a while: what a signal to the worker meets
+    return "rested"
