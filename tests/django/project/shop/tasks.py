@@ -3,8 +3,6 @@ try:
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import task
 
-import time
-
 import pyqueue_sql
 from shop.models import Order
 
@@ -45,5 +43,7 @@ def flaky(context) -> int:
 
 @task(queue_name="emails")
 def nap(seconds: float) -> str:
+    import time
+
     time.sleep(seconds)  # a task that runs a while: what a signal to the worker meets
     return "rested"
