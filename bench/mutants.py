@@ -26,9 +26,9 @@ MODEL = "tests/concurrency/test_model.py::test_the_whole_contract_matches_the_mo
 # Every test that kills a mutant of bench/mutants.jsonl (docs/reliability.md names the killer of each),
 # in the order that reaches a kill soonest (pytest -x stops at the first failure): the whole
 # contract's model first (it kills most, in seconds), then the folders and the files outside them,
-# and last the interleavings' model (80 examples, minutes; the contract tests kill what it kills). A mutant only a test
-# left out here kills would survive the default run (tests/unit/test_mutants_killers.py checks that
-# every killer docs/reliability.md names is among them).
+# and last the interleavings' model (80 examples, minutes; the contract tests kill what it kills).
+# A mutant only a test left out here kills would survive the default run
+# (tests/unit/test_mutants_killers.py checks that every killer docs/reliability.md names is here).
 KILLERS = (
     MODEL,
     "tests/contract",
