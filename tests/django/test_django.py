@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -784,3 +786,87 @@ def test_a_retried_task_keeps_its_first_start_and_each_attempts_worker(migrated_
     assert recorded["worker_ids"] == ["w-one", "w-two"]
     started, last = (dt.datetime.fromisoformat(recorded[k]) for k in ("started_at", "last_attempted_at"))
     assert started < last <= done.finished_at
+
+
+@pytest.mark.parametrize("django", ["5.2"])
+def test_every_task_backends_close_leaves_no_session_open_on_the_database(migrated_database, dialect, django):
+    """A project's tests read results inside override_settings(TASKS=...) (Django drops those
+    backends when it ends), through aget_result (run in an executor's thread) and from a thread of
+    their own; after every task backend's close(), Django's connections closed and gc.collect(),
+    no session of the backend's is left on the database, which the test runner can then drop."""
+    python = _python(django)
+    dsn = migrated_database(python)
+    out = json.loads(_ok(_manage(python, dsn, "drive", "teardown")))
+    assert out["after"] == out["before"] == 0, out
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process pid has used so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("django", ["5.2"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_worker_signalled_while_a_task_runs_exits_as_soon_as_the_task_ends(
+    migrated_database, dialect, django, signum
+):
+    """`manage.py pyqueue_worker` signalled while a 2 s task runs lets the task finish, then the
+    process is gone at once: it does next to nothing after its "worker stopped" line (the
+    interpreter's teardown of Django and the project took 0.2 s of CPU there, over a second of wall
+    time on a loaded machine, which the signal's sender waited out). Shown by the CPU the process
+    uses after that line (load does not stretch it) and by the exit within 4 s of the signal."""
+    if not Path(f"/proc/{os.getpid()}/stat").exists():
+        pytest.skip("reads a process's CPU time from /proc")
+    python = _python(django)
+    dsn = migrated_database(python)
+    worker = subprocess.Popen(
+        [python, "manage.py", "pyqueue_worker", "--no-startup-delay", "--queue-name", "emails"],
+        cwd=PROJECT,
+        env=_env(dsn),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: dict[str, float] = {}
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in worker.stderr:
+            lines.append(line)
+            for mark in ("worker registered", "state=RUNNING", "state=SUCCESSFUL", "worker stopped"):
+                if mark in line:
+                    seen[mark] = _cpu_seconds(worker.pid) if mark == "worker stopped" else time.monotonic()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        _wait_until(lambda: "worker registered" in seen, 60, lines)
+        key = uuid.uuid4().hex
+        with pyqueue_sql.connect(dsn) as db:
+            db.queue("emails").push(key, "shop.tasks.nap", {"args": [2], "kwargs": {}})
+        _wait_until(lambda: "state=RUNNING" in seen, 30, lines)
+        worker.send_signal(signum)
+        sent = time.monotonic()
+        _, status, usage = os.wait4(worker.pid, 0)
+        gone = time.monotonic()
+        worker.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            worker.wait()
+    reader.join(5)
+    assert worker.returncode == 0, "".join(lines)
+    assert "state=SUCCESSFUL" in seen, "".join(lines)  # the running task finished
+    after_stopped = usage.ru_utime + usage.ru_stime - seen["worker stopped"]
+    assert after_stopped < 0.1, (after_stopped, "".join(lines))
+    assert gone - sent < 4, (gone - sent, "".join(lines))
+    with pyqueue_sql.connect(dsn) as db:
+        assert db.queue("emails").result(key, "shop.tasks.nap").state == "succeeded"
+
+
+def _wait_until(ready, seconds: float, lines: list[str]) -> None:
+    end = time.monotonic() + seconds
+    while not ready():
+        assert time.monotonic() < end, "".join(lines)
+        time.sleep(0.005)

@@ -8,6 +8,7 @@ class PyQueueConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
+        from django.core.signals import setting_changed
         from django.db.backends.signals import connection_created
         from django.db.models.signals import post_migrate
 
@@ -18,3 +19,5 @@ class PyQueueConfig(AppConfig):
         # the backends' own connections close when Django closes its own (the end of a request,
         # close_old_connections, connections.close_all(), the test runner's teardown)
         connection_created.connect(setup.watch_connection, dispatch_uid="pyqueue_sql.watch")
+        # and when a test's override_settings(TASKS=...) makes Django drop every backend
+        setting_changed.connect(setup.tasks_changed, dispatch_uid="pyqueue_sql.tasks_changed")

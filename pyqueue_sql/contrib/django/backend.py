@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import uuid
+import weakref
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
@@ -46,6 +47,20 @@ _DRIVER_HINT = (
 # a backend per thread), so that close_all() reaches the ones of other threads too.
 _OPEN: set[pyqueue_sql.Database] = set()
 _OPEN_LOCK = threading.Lock()
+
+
+def _close_each(opened: set[pyqueue_sql.Database]) -> None:
+    """Closes the connections of one backend (``opened``, emptied) and forgets them. Also the
+    finalizer of a backend Django dropped (a thread's that ended): it takes no lock, since the
+    garbage collector may run it inside a block that holds _OPEN_LOCK."""
+    dbs = list(opened)
+    opened.clear()
+    for db in dbs:
+        _OPEN.discard(db)
+        try:
+            db.close()
+        except Exception:  # noqa: BLE001 - a connection the server already dropped
+            pass
 
 
 def close_all() -> int:
@@ -103,6 +118,10 @@ class PyQueueBackend(compat.BaseTaskBackend):
         self.queue_settings = dict(self.options.get("QUEUE_SETTINGS", {}))
         self.task_modules = tuple(str(m) for m in self.options.get("TASK_MODULES", ()) or ())
         self._local = threading.local()
+        # this backend's own connections, every thread's: get_result run by aget_result (Django's
+        # sync_to_async) opens one in an executor's thread, which close() in the caller's reaches
+        self._opened: set[pyqueue_sql.Database] = set()
+        weakref.finalize(self, _close_each, self._opened)
 
     # -- connections -------------------------------------------------------------------
     @property
@@ -117,20 +136,35 @@ class PyQueueBackend(compat.BaseTaskBackend):
         """This thread's own connection (get_result, cancel): never in the caller's transaction,
         so a result is read as committed."""
         db = getattr(self._local, "db", None)
-        if db is None or db not in _OPEN:  # none yet, or closed by close_all()
-            db = self._local.db = pyqueue_sql.connect(self.dsn)
+        if db is None or db not in _OPEN:  # none yet, or closed by close() or close_all()
+            stale, db = db, pyqueue_sql.connect(self.dsn)
+            self._local.db = db
             with _OPEN_LOCK:
+                self._opened.discard(stale)
                 _OPEN.add(db)
+                self._opened.add(db)
         return db
 
-    def close(self) -> None:
-        """Closes this thread's own connection (the next call opens another)."""
+    def close_thread(self) -> None:
+        """Closes this thread's own connection (the next call opens another): what the end of a
+        request closes, leaving the other threads' connections to their requests."""
         db = getattr(self._local, "db", None)
         if db is not None:
             self._local.db = None
             with _OPEN_LOCK:
                 _OPEN.discard(db)
+                self._opened.discard(db)
             db.close()
+
+    def close(self) -> None:
+        """Closes every own connection of this backend, in every thread (get_result's of an
+        aget_result ran in an executor's thread too); a thread's next call opens another. For a
+        teardown: a call of another thread running meanwhile loses its connection."""
+        self._local.db = None
+        with _OPEN_LOCK:
+            opened = set(self._opened)
+            self._opened.difference_update(opened)
+        _close_each(opened)
 
     def setup_queues(self, queues: Any = None, *, dsn: str | None = None) -> list[str]:
         """Creates the backend's queues (or the ones named) with its QUEUE_SETTINGS and result

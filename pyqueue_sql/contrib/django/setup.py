@@ -52,7 +52,18 @@ def close_this_thread() -> None:
 
     for backend in compat.task_backends.all(initialized_only=True):
         if isinstance(backend, PyQueueBackend):
-            backend.close()
+            backend.close_thread()
+
+
+def tasks_changed(sender: Any, setting: str, **kwargs: Any) -> None:
+    """setting_changed (override_settings(TASKS=...) in a test): Django drops every task backend
+    and makes new ones, and the dropped ones stay referenced (from the context of each thread that
+    used them) where nothing closes them: their own connections close now. Otherwise they would
+    stay open to the end of the process, and the test database could not be dropped."""
+    if setting == "TASKS":
+        from .backend import close_all
+
+        close_all()
 
 
 def watch_connection(sender: Any, connection: Any, **kwargs: Any) -> None:

@@ -1,8 +1,8 @@
 """Schedules (docs/contract.md, Schedules): queue_schedule_every and queue_schedule_cron, each on a
 grid of about one model tick chosen per example, queue_unschedule. The pending occurrence is an
 ordinary message keyed ``p_key@<its time>``; whatever ends it (commit, the results' commits, pop,
-fail or give_up for good, cancel, cancel_held, remove, move) and a fail that retries it push the
-next occurrence, one step later on the real grid (FIXED_SCHEDULE_CHAIN: before that fix, an
+fail or give_up for good, cancel, cancel_held, remove, move, into main too) and a fail that retries
+it push the next occurrence (a snooze or a rollback hands the same occurrence back and pushes none), one step later on the real grid (FIXED_SCHEDULE_CHAIN: before that fix, an
 occurrence dead-lettered, removed or moved ended the chain); the retried occurrence stays, under
 its own key, and its later end pushes nothing.
 
@@ -143,17 +143,26 @@ class ScheduleRules:
 
     @rule(
         hows=st.lists(
-            st.sampled_from(("commit", "commit", "fail", "give_up", "cancel_held", "pop")),
+            st.sampled_from(("commit", "commit", "fail", "give_up", "cancel_held", "pop", "snooze")),
             min_size=1,
             max_size=3,
         )
     )
-    @covers("queue_commit", "queue_give_up", "queue_cancel_held")
+    @covers("queue_commit", "queue_give_up", "queue_cancel_held", "queue_snooze")
     def run_occurrences(self, hows):
         if not any(m.kind == "s" for m in self.msgs.values()):
             self.schedule("s1", "s", len(hows) == 2)
         for how in hows:
             self.run_occurrence(how)
+
+    @rule()
+    @covers("queue_snooze")
+    def snooze_occurrence(self):
+        """A consumer snoozes a due occurrence: handed back, ready now, its attempt not counted; it
+        is still the pending one, so the schedule is unchanged and no next occurrence is pushed."""
+        if not any(m.kind == "s" for m in self.msgs.values()):
+            self.schedule("s1", "s", False)
+        self.run_occurrence("snooze")
 
     def run_occurrence(self, how):
         """The clock moves on until an occurrence of kind s is due; a consumer reserves the kind and
@@ -181,6 +190,9 @@ class ScheduleRules:
             elif how == "cancel_held":
                 assert q.cancel_held(r)
                 self.finish(m.kk, "cancelled")
+            elif how == "snooze":  # handed back, the same occurrence again: the schedule unchanged
+                assert q.snooze(r)
+                m.attempts, m.due, m.token = m.attempts - 1, self.t, None
             elif how == "give_up":
                 assert q.give_up(r, "no") == "dead_lettered"
                 self.dead_letter(m.kk)

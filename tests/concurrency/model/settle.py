@@ -61,6 +61,33 @@ class SettleRules:
         if m is not None:
             m.attempts, m.due, m.token = m.attempts - 1, self.t + delay, None
 
+    @rule(conn=consumers, i=handle_index, ask_cancel=st.booleans(), new_payload=st.booleans())
+    @covers("queue_move", "queue_cancel")
+    def move_into_its_own_queue(self, conn, i, ask_cancel, new_payload):
+        """A move of a held message of main into main: ready now, its attempts, progress, group
+        (a head stays head), headers and a cancel request made while it was held kept, no result
+        recorded, its children still waiting; a schedule's pending occurrence makes way for the
+        next one (docs/contract/06_settle.md, queue_move)."""
+        if not self.handles:
+            return
+        r = self.pick(i)
+        m = self.holds(r)
+        if m is not None and ask_cancel:  # an admin's cancel (occurrence keys too): only requested
+            assert self.q("admin").cancel(*m.kk) == "requested"
+            self.cancel_requested.add(m.kk)
+        pid = next(self.pids) if new_payload else None
+        q = self.q(conn)
+        moved = q.move(r, self.main, {"n": pid}) if new_payload else q.move(r, self.main)
+        assert moved == (m is not None), ("move into its own queue", r, m)
+        if m is None:
+            return
+        if pid is not None:
+            if m.pid in self.expiry:  # the headers go with it
+                self.expiry[pid] = self.expiry[m.pid]
+            m.pid = pid
+        m.due, m.init, m.token = self.t, self.t, None
+        self.occurrence_ended(m.kk, "moved")
+
     @rule(conn=consumers, i=handle_index, delay=rollback_delays, give_up=st.booleans())
     @covers("queue_fail", "queue_give_up")
     def fail(self, conn, i, delay, give_up):

@@ -39,3 +39,11 @@ def flaky(context) -> int:
     if context.attempt == 1:
         raise RuntimeError("first attempt fails")  # retried, when the queue allows more attempts
     return context.attempt
+
+
+@task(queue_name="emails")
+def nap(seconds: float) -> str:
+    import time
+
+    time.sleep(seconds)  # a task that runs a while: what a signal to the worker meets
+    return "rested"

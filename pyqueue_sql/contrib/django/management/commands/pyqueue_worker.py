@@ -6,8 +6,10 @@ database backend's db_worker (--queue-name, --exclude-queues, --batch, --max-tas
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import math
+import os
 import random
 import sys
 import threading
@@ -175,6 +177,15 @@ class Command(BaseCommand):
         )
         parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
+    def run_from_argv(self, argv):
+        """manage.py pyqueue_worker: once the worker has stopped (a signal, --batch, --max-tasks), the
+        process exits at once (_exit_now). call_command() runs handle() without this: it never exits."""
+        try:
+            super().run_from_argv(argv)
+        except SystemExit as exc:
+            _exit_now(exc.code)
+        _exit_now(0)
+
     def handle(self, *args, **options):
         from pyqueue_sql.contrib.django import compat
         from pyqueue_sql.contrib.django.backend import PyQueueBackend
@@ -308,6 +319,32 @@ class Command(BaseCommand):
                 worker.stop(reason="--batch: no task left")
 
             worker.on_idle.append(idle)
+
+
+def _exit_now(code: object) -> None:
+    """Ends the process of a stopped worker without the interpreter's teardown of every module and
+    object it holds: with Django and the project loaded that is half a second of CPU after the last
+    task ended, and on a loaded machine seconds, which a signal's stop would wait out before the
+    process is gone. What an exit does that matters runs first: the atexit functions (logging's
+    flush, a coverage run's save), then the streams' flush. A thread of the project's own that is
+    not a daemon is waited for as an ordinary exit does (sys.exit)."""
+    main = threading.main_thread()
+    if any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        sys.exit(code)
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"): printed, status 1
+        print(code, file=sys.stderr)
+        status = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a closed or broken stream: nothing left to flush to
+            pass
+    os._exit(status)
 
 
 class _MaxTasks:

@@ -17,7 +17,7 @@ from shop.tasks import attempt_of, confirm_order, divide, exit_now, shout
 
 class Command(BaseCommand):
     def add_arguments(self, parser):
-        parser.add_argument("step", choices=("enqueue", "results", "admin", "out_of_reach"))
+        parser.add_argument("step", choices=("enqueue", "results", "admin", "out_of_reach", "teardown"))
         parser.add_argument("ids", nargs="*")
 
     def handle(self, *args, step, ids, **options):
@@ -26,6 +26,8 @@ class Command(BaseCommand):
             out = admin_pages()
         elif step == "out_of_reach":
             out = out_of_reach()
+        elif step == "teardown":
+            out = teardown()
         elif step == "enqueue":
             broken = client.post("/orders/broken/", {"item": "lamp", "quantity": 2})
             placed = client.post("/orders/", {"item": "chair", "quantity": 4})
@@ -220,3 +222,62 @@ def out_of_reach():
         out["billing_live"] = db.queue("billing").message("invoice-42", "charge") is not None
         out["dead_letter_live"] = db.queue("default.dead").message("dl-1", "shop.tasks.divide") is not None
     return out
+
+
+def other_sessions():
+    """The sessions open on the project's database, but the one asking."""
+    import os
+
+    from pyqueue_sql import dialects
+
+    dsn = os.environ["PYQUEUE_DJANGO_DSN"]
+    dialect = dialects.for_dsn(dsn)
+    conn = dialect.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            if dialect.name == "postgresql":
+                cur.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            else:
+                cur.execute(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+                    " WHERE DB = DATABASE() AND ID <> CONNECTION_ID()"
+                )
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def teardown():
+    """What a test suite of the project does with the backend (a test that overrides TASKS, results
+    read through asyncio and from another thread), then its teardown: every task backend's close(),
+    Django's connections closed, gc.collect(). The sessions open on the database before and after:
+    a database that still has one cannot be dropped."""
+    import asyncio
+    import gc
+    import threading
+
+    from django.conf import settings
+    from django.db import connections
+    from django.test import override_settings
+
+    from pyqueue_sql.contrib.django import compat
+
+    before = other_sessions()
+    tasks = settings.TASKS
+    options = {**tasks["default"].get("OPTIONS", {}), "RESULT_RETENTION": 60}
+    with override_settings(TASKS={**tasks, "default": {**tasks["default"], "OPTIONS": options}}):
+        divide.get_result(divide.enqueue(1, 2).id)  # a backend Django drops when the override ends
+    result = divide.enqueue(6, 3)
+    asyncio.run(divide.aget_result(result.id))  # get_result in sync_to_async's executor thread
+    asyncio.run(result.arefresh())
+    reader = threading.Thread(target=lambda: divide.get_result(result.id))
+    reader.start()
+    reader.join()
+    for backend in compat.task_backends.all(initialized_only=True):
+        backend.close()
+    connections.close_all()
+    gc.collect()
+    return {"before": before, "after": other_sessions()}
