@@ -183,10 +183,9 @@ END //
 
 -- pyqueue__schedule: creates or replaces a schedule and pushes its first occurrence (the next after now); the
 -- replaced schedule's pending occurrence goes unless reserved. Called again with the same definition (payload, every
--- or cron) it changes nothing while the pending occurrence is live and not later than the next after now (next_at: its
--- time), and repairs a schedule whose pending occurrence is gone or lies further ahead (occurrences ended before their
--- time): the next after now is pushed, the one ahead removed unless reserved. The clock is read again once the
--- schedule row is locked (a commit that advanced it meanwhile is not taken for one ahead). Result: one row, next_at.
+-- or cron) it changes nothing while the pending occurrence is live, even one ahead of the clock (a test clock moves
+-- stored times, not the server's) (next_at: its time), and repairs a schedule whose pending occurrence is gone (the
+-- next after now is pushed). The clock is read again once the schedule row is locked. Result: one row, next_at.
 -- Locks: the schedule row first (read with a lock, as PostgreSQL's FOR UPDATE: a replacement waits for another under
 -- way and then replaces what it wrote, its pending occurrence included), then the old and new occurrence and a shared
 -- lock on the queue row; in autocommit mode in a transaction of its own at READ COMMITTED (no gap locks: creators of
@@ -232,10 +231,10 @@ BEGIN
                    FOR UPDATE;
                 SET v_now = UTC_TIMESTAMP(6);
                 CALL pyqueue__schedule_after(in_every_s, in_cron, v_now, v_next);
-                IF v_same = 1 AND v_old <= v_next AND EXISTS (SELECT 1 FROM pyqueue_message m
+                IF v_same = 1 AND EXISTS (SELECT 1 FROM pyqueue_message m
                                            WHERE m.queue_name = v_queue AND m.p_kind = v_kind
                                              AND m.p_key = CONCAT(v_key, '@', DATE_FORMAT(v_old, '%Y-%m-%dT%H:%i:%sZ'))) THEN
-                    SET v_result = v_old;  -- the same schedule, its pending occurrence live and not ahead: nothing to do
+                    SET v_result = v_old;  -- the same schedule, its pending occurrence live: nothing to do
                 ELSE
                     IF v_found = 0 THEN
                         BEGIN

@@ -204,13 +204,10 @@ $$;
 -- schedule is removed unless it is reserved (then it runs, and its commit
 -- pushes nothing since it is no longer the pending one). Called again with
 -- the same definition (payload, every or cron) it changes nothing while the
--- pending occurrence is live and not later than the next occurrence after now
--- (returns its time), and repairs a schedule whose pending occurrence is gone
--- or lies further ahead (occurrences ended before their time, each pushing
--- the one after it): the next occurrence after now is pushed, the one ahead
--- removed unless reserved. The clock is read again once the schedule row is
--- locked: a commit that advanced the schedule meanwhile is not taken for one
--- ahead.
+-- pending occurrence is live (returns its time), even one ahead of the clock
+-- (a test clock moves stored times, not the server's), and repairs a schedule
+-- whose pending occurrence is gone: the next occurrence after now is pushed.
+-- The clock is read again once the schedule row is locked.
 -- Locks: the queue's shared lock (pyqueue__queue), the schedule row, the replaced
 -- pending occurrence, then the new occurrence as queue_push.
 CREATE OR REPLACE FUNCTION pyqueue__schedule(in_queue text, in_key text, in_kind text, in_payload jsonb,
@@ -237,12 +234,11 @@ BEGIN
         v_now := pg_catalog.clock_timestamp();
         v_next := pyqueue__schedule_after(in_every_s, in_cron, v_now);
         IF v_old.payload = in_payload AND v_old.every_s IS NOT DISTINCT FROM in_every_s
-           AND v_old.next_at <= v_next
            AND v_old.cron::text IS NOT DISTINCT FROM in_cron
            AND EXISTS (SELECT 1 FROM pyqueue_message m
                         WHERE m.queue_name::text = in_queue AND m.p_kind::text = in_kind
                           AND m.p_key::text = pyqueue__schedule_key(in_key, v_old.next_at)) THEN
-            RETURN v_old.next_at;  -- the same schedule, its pending occurrence live and not ahead: nothing to do
+            RETURN v_old.next_at;  -- the same schedule, its pending occurrence live: nothing to do
         END IF;
         DELETE FROM pyqueue_message
          WHERE queue_name::text = in_queue AND p_key::text = pyqueue__schedule_key(in_key, v_old.next_at)

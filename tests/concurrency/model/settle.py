@@ -4,6 +4,8 @@ commits, cancel, cancel_held, renew and set_progress."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
@@ -23,6 +25,11 @@ from .base import (
     ticks,
 )
 from .coverage import covers
+
+
+def is_occurrence(key: str) -> bool:
+    """A schedule's occurrence key (ends in @<UTC time>): queue_cancel refuses it, whoever calls."""
+    return re.search(r"@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", key) is not None
 
 
 class SettleRules:
@@ -72,7 +79,9 @@ class SettleRules:
             return
         r = self.pick(i)
         m = self.holds(r)
-        if m is not None and ask_cancel:  # an admin's cancel (occurrence keys too): only requested
+        # an admin's cancel of a message whose lease is live: only requested (an expired lease's
+        # message nobody holds would be cancelled outright; an occurrence is refused)
+        if m is not None and ask_cancel and not is_occurrence(m.kk[0]) and self.state(m) == "reserved":
             assert self.q("admin").cancel(*m.kk) == "requested"
             self.cancel_requested.add(m.kk)
         pid = next(self.pids) if new_payload else None
@@ -173,9 +182,15 @@ class SettleRules:
     @rule(conn=st.sampled_from(CONNECTIONS), key=keys, kind=kinds, j=st.integers(0, 50))
     @covers("queue_cancel")
     def cancel(self, conn, key, kind, j):
-        """cancelled (nobody holds it: removed), requested (a live reservation holds it), unknown."""
+        """cancelled (nobody holds it: removed), requested (a live reservation holds it), unknown;
+        a schedule's occurrence is refused, whoever calls, and left as it is (only an admin's
+        queue_remove or its holder ends one before it runs)."""
         live = sorted(self.msgs)
         kk = live[j % len(live)] if live and j % 2 else (key, kind)
+        if is_occurrence(kk[0]):
+            with pytest.raises(InvalidArgumentError, match="schedule's occurrence"):
+                self.q(conn).cancel(*kk)
+            return
         got = self.q(conn).cancel(*kk)
         m = self.msgs.get(kk)
         if m is None:
