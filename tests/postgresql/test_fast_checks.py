@@ -187,10 +187,10 @@ def test_pushes_inside_the_wakeup_window_send_one_wakeup_and_a_push_past_it_send
             assert run(conn, "SELECT queue_push(%s, %s, 'k', '{}')", queue, f"m{i}") == [(True,)]
         got = list(listener.notifies(timeout=0.5))
         assert [n.payload for n in got] == [queue]
+        # the window passed for this session: its last wakeup's time (a session setting) 6 s back
         run(
             conn,
-            "UPDATE pyqueue_notify SET last_notified_at = clock_timestamp() - interval '6 seconds' "
-            "WHERE queue_name = %s",
+            "SELECT set_config('pyqueue.n' || md5(%s), (extract(epoch FROM clock_timestamp()) - 6)::text, false)",
             queue,
         )
         assert run(conn, "SELECT queue_push(%s, 'late', 'k', '{}')", queue) == [(True,)]
