@@ -64,6 +64,7 @@ DROP PROCEDURE IF EXISTS queue_result_channel;
 DROP PROCEDURE IF EXISTS queue_result_wait;
 DROP PROCEDURE IF EXISTS queue_results;
 DROP PROCEDURE IF EXISTS queue_purge_results;
+DROP PROCEDURE IF EXISTS pyqueue__check_results_filter;
 DROP PROCEDURE IF EXISTS queue_result;
 DROP TABLE IF EXISTS pyqueue_result;
 

@@ -67,6 +67,7 @@ DROP FUNCTION IF EXISTS queue_result_channel(text);
 DROP FUNCTION IF EXISTS queue_result_wait(text, text, text, interval);
 DROP FUNCTION IF EXISTS queue_results(text, text, text, integer, timestamptz);
 DROP FUNCTION IF EXISTS queue_purge_results(text, text, timestamptz, integer);
+DROP FUNCTION IF EXISTS pyqueue__check_results_filter(text, integer, integer, timestamptz);
 DROP FUNCTION IF EXISTS queue_result(text, text, text);
 DROP FUNCTION IF EXISTS queue_commit_result_batch(text, text[], text[], text[], jsonb[]);
 DROP FUNCTION IF EXISTS queue_commit_result(text, text, text, uuid, jsonb);

@@ -564,6 +564,25 @@ BEGIN
     SELECT v_done AS updated;
 END //
 
+-- pyqueue__check_results_filter: queue_results' and queue_purge_results' checks of their filter, in this order:
+-- in_state NULL or 'succeeded', 'failed' or 'cancelled'; in_n NULL or 1 to in_max. Raises invalid_argument. Reads no
+-- table.
+DROP PROCEDURE IF EXISTS pyqueue__check_results_filter //
+CREATE PROCEDURE pyqueue__check_results_filter(
+    IN in_state LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_n     BIGINT,
+    IN in_max   BIGINT)
+SQL SECURITY INVOKER
+BEGIN
+    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        CALL pyqueue__raise('invalid_argument',
+                            CONCAT('state must be succeeded, failed or cancelled (NULL: any), not ', LEFT(in_state, 40)));
+    END IF;
+    IF in_n < 1 OR in_n > in_max THEN
+        CALL pyqueue__raise('invalid_argument', CONCAT('n must be 1 to ', in_max, ', not ', in_n));
+    END IF;
+END //
+
 -- queue_results: the stored outcomes of in_queue's finished messages, newest first (finished_at descending, then
 -- p_key, p_kind), a page of in_n (NULL = 100, 1 to 1000) rows: p_key, p_kind, state, result, last_error, attempts,
 -- progress, finished_at. in_kind (NULL: every kind) and in_state ('succeeded', 'failed' or 'cancelled'; NULL: every
@@ -587,13 +606,7 @@ BEGIN
     DECLARE v_cut DATETIME(6);
     CALL pyqueue__check_queue(in_queue);
     IF in_kind IS NOT NULL THEN CALL pyqueue__check_name('p_kind', in_kind, 128); END IF;
-    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('state must be succeeded, failed or cancelled (NULL: any), not ', LEFT(in_state, 40)));
-    END IF;
-    IF in_n < 1 OR in_n > 1000 THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT('n must be 1 to 1000, not ', in_n));
-    END IF;
+    CALL pyqueue__check_results_filter(in_state, in_n, 1000);
     SET v_queue = in_queue, v_kind = in_kind, v_state = in_state, v_skip = COALESCE(in_n, 100) - 1;
     -- the n-th row's time: the page is every row from there up (NULL: fewer rows than n, all of them)
     SELECT r.finished_at INTO v_cut
@@ -634,13 +647,7 @@ BEGIN
     CALL pyqueue__check_clock();
     SET v_before = COALESCE(in_before, UTC_TIMESTAMP(6));
     CALL pyqueue__check_queue(in_queue);
-    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
-        CALL pyqueue__raise('invalid_argument',
-                            CONCAT('state must be succeeded, failed or cancelled (NULL: any), not ', LEFT(in_state, 40)));
-    END IF;
-    IF in_n < 1 OR in_n > 100000 THEN
-        CALL pyqueue__raise('invalid_argument', CONCAT('n must be 1 to 100000, not ', in_n));
-    END IF;
+    CALL pyqueue__check_results_filter(in_state, in_n, 100000);
     SET v_queue = in_queue, v_state = in_state;
     DELETE FROM pyqueue_result
      WHERE queue_name = v_queue

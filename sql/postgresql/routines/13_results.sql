@@ -585,6 +585,29 @@ AS $$
     SELECT queue_set_progress(in_queue, in_key, in_kind, in_token::text, in_progress)
 $$;
 
+-- pyqueue__check_results_filter: queue_results' and queue_purge_results'
+-- checks of their filter, in this order: in_state NULL or 'succeeded',
+-- 'failed' or 'cancelled'; in_n NULL or 1 to in_max; in_before NULL or a
+-- finite time. Raises invalid_argument. Reads no table.
+CREATE OR REPLACE FUNCTION pyqueue__check_results_filter(in_state text, in_n integer, in_max integer,
+                                                         in_before timestamptz)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: state must be succeeded, failed or cancelled (NULL: any), not %',
+            pg_catalog.left(in_state, 40) USING ERRCODE = '22023';
+    END IF;
+    IF in_n < 1 OR in_n > in_max THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be 1 to %, not %', in_max, in_n USING ERRCODE = '22023';
+    END IF;
+    IF in_before = 'infinity' OR in_before = '-infinity' THEN
+        RAISE EXCEPTION 'pyqueue:invalid_argument: before must be a finite time' USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
 -- queue_results: the stored outcomes of in_queue's finished messages,
 -- newest first (finished_at descending, then p_key, p_kind), a page of
 -- in_n (NULL = 100, 1 to 1000) rows: p_key, p_kind, state, result,
@@ -610,16 +633,7 @@ BEGIN
     IF in_kind IS NOT NULL THEN
         PERFORM pyqueue__check_name('p_kind', in_kind, 128);
     END IF;
-    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: state must be succeeded, failed or cancelled (NULL: any), not %',
-            pg_catalog.left(in_state, 40) USING ERRCODE = '22023';
-    END IF;
-    IF in_n < 1 OR in_n > 1000 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be 1 to 1000, not %', in_n USING ERRCODE = '22023';
-    END IF;
-    IF in_before = 'infinity' OR in_before = '-infinity' THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: before must be a finite time' USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_results_filter(in_state, in_n, 1000, in_before);
     RETURN QUERY
         SELECT t.p_key::text, t.p_kind::text, t.state::text, t.result, t.last_error::text, t.attempts, t.progress,
                t.finished_at
@@ -655,16 +669,7 @@ DECLARE
     v_done   integer;
 BEGIN
     PERFORM pyqueue__queue(in_queue);
-    IF in_state IS NOT NULL AND in_state NOT IN ('succeeded', 'failed', 'cancelled') THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: state must be succeeded, failed or cancelled (NULL: any), not %',
-            pg_catalog.left(in_state, 40) USING ERRCODE = '22023';
-    END IF;
-    IF in_n < 1 OR in_n > 100000 THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: n must be 1 to 100000, not %', in_n USING ERRCODE = '22023';
-    END IF;
-    IF in_before = 'infinity' OR in_before = '-infinity' THEN
-        RAISE EXCEPTION 'pyqueue:invalid_argument: before must be a finite time' USING ERRCODE = '22023';
-    END IF;
+    PERFORM pyqueue__check_results_filter(in_state, in_n, 100000, in_before);
     WITH doomed AS (
         SELECT r.ctid AS tid FROM pyqueue_result r
          WHERE r.queue_name::text = in_queue
