@@ -72,8 +72,9 @@ END //
 -- queue_push_with_headers: queue_push with headers in_headers (pyqueue__check_headers: a JSON object of at most
 -- 8192 bytes; NULL or the JSON null = none), checked before anything is written. Dedup as queue_push: a duplicate
 -- changes nothing, its headers included. Written out beside queue_push, not a wrapper over one shared body as the
--- other pushes: on MariaDB 10.11 the nested CALL cost a single push 12-14 % more server CPU (bench/README.md, "Push
--- cost"); tests/unit/test_sql_twins.py fails when the two differ on more than the headers lines.
+-- other pushes: on MariaDB 10.11 the nested CALL cost a single push 12-20 % more server CPU
+-- (bench/latest/NOTES-decisions.md, decision 43); tests/unit/test_sql_twins.py fails when the two differ on more than
+-- the headers lines.
 -- Locks: as queue_push.
 DROP PROCEDURE IF EXISTS queue_push_with_headers //
 CREATE PROCEDURE queue_push_with_headers(
