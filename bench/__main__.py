@@ -23,10 +23,10 @@ class Suite:
 SUITES = {  # name: Suite(module, summary, what --quick stands for[, the options it always runs with])
     "routines": Suite("bench", "each routine against pgmq, PGQueuer, a hand-rolled queue and the INSERT ceilings, interleaved",
         ("--quick",)),
-    "burndown": Suite("burndown", "each system's own worker draining a backlog (--tasks: tasks against plain handlers; --variant)",
+    "burndown": Suite("burndown", "each system's own worker draining a backlog (--batch N: batch tasks; --features)",
         ("--quick",)),
-    "latency": Suite("latency", "push to handler start of an idle worker; an idle worker's queries; the NOTIFY throttle",
-        ("--samples", "20", "--idle-seconds", "2", "--pushes", "100", "--rounds", "1")),
+    "latency": Suite("latency", "push to handler start of an idle worker; an idle worker's queries; pickup under a stream",
+        ("--samples", "20", "--idle-seconds", "2", "--rounds", "1")),
     "soak": Suite("soak", "mixed load while workers are killed at random, then an exact accounting of every message",
         ("--minutes", "0.5", "--dialect", "postgresql", "--out", "bench/results")),
     "history": Suite("history", "clients run the contract's calls under faults, then a checker verifies every guarantee over the history",

@@ -314,7 +314,7 @@ def run(args) -> tuple[list[dict], dict]:
                 where = f" WHERE queue_name = '{QUEUE}'" if table.endswith("pyqueue_message") else ""
                 (nodue if table == NODUE else cur).execute(f"DELETE FROM {table.split(':')[-1]}{where}")
             print(f"batch-cost: round {rnd} of {args.rounds} done ({size} a call)", flush=True)
-        if not args.no_drain and not sizes:
+        if not sizes:
             results += drain(args, conn, dsn, db, on["queue_push_batch"], has_pgmq, payloads)
         meta["load_after"] = common.loadavg()
         return results, meta
@@ -597,7 +597,6 @@ def main() -> None:
         ("--rounds", 7, "rounds, the variants' order rotating"),
         ("--calls", 300, "calls of 100 rows per variant and round"),
         ("--quick", False, "1 round of 20 calls; writes to bench/results/"),
-        ("--no-drain", False, "the push part only"),
         ("--dialects", "postgresql", "postgresql, mysql (the MariaDB bulk enqueue part), or both"),
         ("--out", None, "directory of batch-cost.md/.json (default bench/latest, --quick bench/results)"),
         ("--sizes", "", "bulk enqueue: rows a call (500,5000): the routine, its peer and the bare insert"),
