@@ -43,8 +43,8 @@ SUITES = {  # name: Suite(module, summary, what --quick stands for[, the options
         ("--previous-commit", "HEAD", "--rounds", "1", "--messages", "2000", "--dialects", "postgresql")),
     "mutants": Suite("mutants", "one-substitution mutants of sql/ (bench/mutants.jsonl) that the model and tests/contract must kill",
         ("--only", "1", "--examples", "5")),
-    "model": Suite("model", "the whole contract's stateful model, long: --examples N --dialect D",
-        ("--examples", "20")),
+    "model": Suite("mutants", "the whole contract's stateful model, long: --examples N --dialect D",
+        ("--examples", "20"), ("--model",)),
     "profile": Suite("bench", "PostgreSQL: each routine's calls and server time per call, on the four workloads (ab --profile)",
         ("--rounds", "1", "--messages", "1000", "--dialects", "postgresql"), ("--profile",)),
 }  # fmt: skip
