@@ -190,10 +190,6 @@ def _connect(dsn: str):
     return psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
 
 
-def _backend_pid(conn) -> int:
-    return common.query(conn, "SELECT pg_backend_pid()")[0][0]
-
-
 def _bulk(args, dsn: str, variants: list, keep: tuple) -> tuple[list, list, range]:
     """--previous-commit: its sql/ and the queue in the second database (dsn), whose variant (its table
     "name:...") is then its routine's; --sizes: the variants in keep and it. Returns the variants, the
@@ -234,8 +230,8 @@ def run(args) -> tuple[list[dict], dict]:
         db, db_nodue = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_nodue))
         prev or nodue.execute("DROP INDEX pyqueue_message_due_idx")
         qs = {NODUE: db_nodue.queue(QUEUE), "": db.queue(QUEUE)}
-        on = {"queue_push_batch": _backend_pid(db.connection)}
-        on["queue_push_batch_nodue"] = _backend_pid(db_nodue.connection)
+        on = {"queue_push_batch": common.session_id("postgresql", db.connection)}
+        on["queue_push_batch_nodue"] = common.session_id("postgresql", db_nodue.connection)
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=args.calls)
         meta |= dict(batch=BATCH, load_before=common.loadavg(), autovacuum=autovacuum)
         meta |= dict(server=version.split(" on ")[0], pgmq=has_pgmq, sizes=sizes, previous_commit=prev)
@@ -267,8 +263,8 @@ def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[d
         bare = bare_conn.cursor()
         for setting in ("enable_seqscan", "enable_hashjoin", "enable_mergejoin", "enable_bitmapscan"):
             bare.execute(f"SET {setting} = off")
-        on = {"bare": _backend_pid(bare_conn), "routine": q_pid}
-        on["bare_int"], pid = on["bare"], _backend_pid(conn)
+        on = {"bare": common.session_id("postgresql", bare_conn), "routine": q_pid}
+        on["bare_int"], pid = on["bare"], common.session_id("postgresql", conn)
         fills = {"routine": "queue_push_batch", "pgmq": "pgmq.send_batch", "bare_int": "insert_int"}
         results, q, cur = [], db.queue(QUEUE), conn.cursor()
         for rnd in range(args.rounds):
@@ -375,14 +371,6 @@ def _mysql_setup(cur) -> None:
     )
 
 
-def _tid(conn) -> int:
-    """The server thread of a MariaDB connection (information_schema.PROCESSLIST.TID)."""
-    sql = "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()"
-    tid = int(common.query(conn, sql)[0][0])
-    conn.commit()
-    return tid
-
-
 def mysql_call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> int:
     """One call of MY_BULK rows; payloads as objects, each variant encoding them as its client would."""
     texts = [json.dumps(p) for p in payloads[: len(keys)]]
@@ -416,8 +404,11 @@ def run_mysql(args) -> tuple[list[dict], dict]:
         db, db_lean = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_lean))
         prev or lean.execute(f"ALTER TABLE pyqueue_message {DROP_SECONDARY}")
         # each variant timed by the server thread of the connection it runs on
-        qs = {t: (d.queue(QUEUE), _tid(d.connection)) for t, d in (("pyqueue_message", db), (LEAN, db_lean))}
-        tid = _tid(conn)
+        qs = {
+            t: (d.queue(QUEUE), common.session_id("mysql", d.connection))
+            for t, d in (("pyqueue_message", db), (LEAN, db_lean))
+        }
+        tid = common.session_id("mysql", conn)
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=calls)
         meta |= dict(batch=MY_BULK, load_before=common.loadavg(), server=f"MariaDB {version}")
         meta |= dict(sizes=sizes, previous_commit=prev, thread_cpu=common.process_cpu(server, tid) is not None)  # fmt: skip

@@ -179,6 +179,16 @@ def process_cpu(pid: int | None, tid: int | None = None) -> float | None:
     return _seconds(fields) if fields else None
 
 
+def session_id(dialect: str, conn) -> int:
+    """The server's process (PostgreSQL: the backend) or thread (MariaDB: PROCESSLIST.TID, one a
+    connection) of a session, whose CPU /proc shows; MariaDB's read committed after it."""
+    if dialect == "postgresql":
+        return int(query(conn, "SELECT pg_backend_pid()")[0][0])
+    tid = int(query(conn, "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")[0][0])
+    conn.commit()
+    return tid
+
+
 def sessions_cpu(cur, strict: bool = False) -> dict[int, float] | None:
     """PostgreSQL: the CPU seconds of each other backend in the cursor's database that can be read
     (strict: None unless every one can)."""

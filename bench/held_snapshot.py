@@ -227,21 +227,13 @@ NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pg
 ONLY = {"pgmq": "postgresql"}  # the systems of one dialect
 
 
-# The server's thread of a session: PostgreSQL its backend's pid, MariaDB the connection's thread
-# (one thread a connection), whose CPU /proc shows.
-SESSION = {
-    "postgresql": "SELECT pg_backend_pid()",
-    "mysql": "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
-}
-
-
 def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) -> None:
     """One client: push, reserve (timed), settle until stop, counting what the settle reports it
     settled; the times sent every half second, its own CPU seconds kept in cpu, its server sessions'
     pids or thread ids put in sessions."""
     push, reserve, settle, conns = SYSTEMS[name](dialect, dsn)
     for conn, session in zip(conns, sessions):
-        session.value = int(common.query(conn, SESSION[dialect])[0][0])
+        session.value = common.session_id(dialect, conn)
     sent, buf = time.perf_counter(), []
     while not stop.is_set():
         cpu.value = time.process_time()
@@ -344,7 +336,8 @@ def run(args) -> dict:
         counts = {n: ctx.Value("q", 0, lock=False) for n in systems}
         cpus = {n: ctx.Value("d", 0.0, lock=False) for n in systems}
         sessions = {n: [ctx.Value("q", 0, lock=False) for _ in range(2)] for n in systems}
-        server = common.server_pid(dialect, dsn) if dialect == "mysql" else None
+        # a session's CPU: PostgreSQL its backend's process, MariaDB its thread of the server's process
+        server = [common.server_pid(dialect, dsn)] if dialect == "mysql" else []
         procs = [
             ctx.Process(target=_loop, args=(n, dialect, dsn, stop, counts[n], times, cpus[n], sessions[n]))
             for n in systems
@@ -363,15 +356,8 @@ def run(args) -> dict:
                 time.sleep(min(1.0, until - now))
                 used = {}
                 for n in systems:
-                    sids = [v.value for v in sessions[n] if v.value]
-                    serv = [
-                        common.process_cpu(sid)
-                        if dialect == "postgresql"
-                        else common.process_cpu(server, sid)
-                        for sid in sids
-                    ]
-                    total = sum(serv) if sids and None not in serv else None
-                    used[n] = (cpus[n].value or None, total)
+                    serv = [common.process_cpu(*server, v.value) for v in sessions[n] if v.value]
+                    used[n] = (cpus[n].value or None, sum(serv) if serv and None not in serv else None)
                 series.append((time.perf_counter() - t0, {n: counts[n].value for n in systems}, used))
                 while True:
                     try:
