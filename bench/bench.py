@@ -152,16 +152,10 @@ class PyQueue(System):
     def push_batch(self, keys: list[str]) -> None:
         self.q.push_many([(k, "job", {"n": k, "kind": "bench"}) for k in keys])
 
-    def take_ack(self) -> int:
-        got = self.q.reserve(worker=self.worker)
+    def _take(self, n: int) -> int:  # one: queue_commit; a batch: queue_commit_batch (commit_many)
+        got = self.q.reserve(n, worker=self.worker)
         if got:
-            self.q.commit(got[0])
-        return len(got)
-
-    def take_ack_batch(self) -> int:
-        got = self.q.reserve(BATCH, worker=self.worker)
-        if got:
-            self.q.commit_many(got)
+            self.q.commit(got[0]) if n == 1 else self.q.commit_many(got)
         return len(got)
 
 
@@ -346,18 +340,9 @@ class HandRolled(System):
         self.auto.cursor().execute(self.insert_sql(len(keys)), [v for k in keys for v in (k, _payload(k))])
 
     def _reserve(self, n: int) -> tuple[list[int], str]:
-        cur = self.conn.cursor()
         token = str(uuid.uuid4())
         try:
-            cur.execute(
-                f"SELECT id, payload FROM job WHERE run_at <= {self.now} ORDER BY run_at, id LIMIT {n} {self.lock}"
-            )
-            ids = [row[0] for row in cur.fetchall()]
-            if ids:
-                marks = ", ".join(["%s"] * len(ids))
-                cur.execute(
-                    f"UPDATE job SET run_at = {self.later}, token = %s WHERE id IN ({marks})", [token, *ids]
-                )
+            ids = claim(self.conn, "job", n, token, self.now, self.later, self.lock)
             self.conn.commit()
             return ids, token
         except Exception as exc:  # a deadlock under contention counts as nothing taken
@@ -380,6 +365,19 @@ class HandRolled(System):
                     if attempt == 9 or not _deadlock(exc):
                         raise
         return len(ids)
+
+
+def claim(conn, table: str, n: int, token: str, now: str, later: str, lock: str = "FOR UPDATE SKIP LOCKED"):
+    """A job table's reserve in conn's open transaction: the first n ready rows by (run_at, id), locked
+    by lock, their run_at moved to later under token; their ids."""
+    select = f"SELECT id, payload FROM {table} WHERE run_at <= {now} ORDER BY run_at, id LIMIT {n} {lock}"
+    ids = [r[0] for r in common.query(conn, select)]
+    if ids:
+        marks = ", ".join(["%s"] * len(ids))
+        common.query(
+            conn, f"UPDATE {table} SET run_at = {later}, token = %s WHERE id IN ({marks})", (token, *ids)
+        )
+    return ids
 
 
 class Naive(HandRolled):

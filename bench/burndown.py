@@ -202,16 +202,12 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         cpu = [common.process_cpu(p.pid) for p in procs]  # the worker processes' own CPU, all threads
         server = common.sessions_cpu(cur, strict=True) if pg else None  # the workers' sessions, still open
         known = done and None not in cpu + cpu0
-        server_us = None
-        if done and server is not None and server0 is not None:
+        spent = None  # the server's CPU from the go
+        if server is not None and server0 is not None:
             spent = sum(v - server0.get(pid, 0.0) for pid, v in server.items())
-            server_us = round(spent / done * 1e6, 1)
-        elif (
-            done
-            and mysqld0 is not None
-            and (mysqld1 := common.server_cpu(system.dialect, mysqld)) is not None
-        ):
-            server_us = round((mysqld1 - mysqld0) / done * 1e6, 1)
+        elif mysqld0 is not None and (mysqld1 := common.server_cpu(system.dialect, mysqld)) is not None:
+            spent = mysqld1 - mysqld0
+        server_us = round(spent / done * 1e6, 1) if done and spent is not None else None
         worker_us = round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None
         life = dict(spawn_rate=done / (elapsed + ready), ready_s=round(ready, 3))
         life |= dict(life_cpu_us_per_job=round(sum(cpu) / done * 1e6, 1) if known else None)

@@ -19,7 +19,7 @@ import uuid
 
 import pyqueue_sql
 from bench import common
-from bench.bench import HandRolled, Pgmq, _payload
+from bench.bench import HandRolled, Pgmq, _payload, claim
 
 QUEUE, BATCH = "held", 50
 LEASE = 300  # seconds every system leases what it reserves for (--lease; set before the clients fork)
@@ -57,7 +57,7 @@ def _plain(dialect: str, dsn: str):
 
 
 # Designs whose tables should not keep what a held snapshot holds back: each has the job table's
-# columns and indexes (its DDL, renamed), its reserve (_claim) and one client session for pushes and
+# columns and indexes (its DDL, renamed), its reserve (bench.bench.claim) and one client session for pushes and
 # reserves (a transaction each), one for settles and upkeep.
 SEGMENTS, PERIOD = 4, 2  # rotate: tables seg0..seg3; the pushes move to the next every PERIOD s
 NOW = {"mysql": "UTC_TIMESTAMP(6)", "postgresql": "now()"}
@@ -94,15 +94,6 @@ def _insert(conn, dialect: str, table: str, k) -> None:
     conn.commit()
 
 
-def _claim(conn, table: str, n: int, token: str, hint: str = "", now: str = NOW["mysql"]) -> list[int]:
-    """The job table's reserve in conn's open transaction: the first n ready rows by (run_at, id),
-    SKIP LOCKED, leased LEASE seconds under token."""
-    ids = [r[0] for r in common.query(conn, f"SELECT id, payload FROM {table} {hint} WHERE run_at <= {now} ORDER BY run_at, id LIMIT {n} FOR UPDATE SKIP LOCKED")]  # fmt: skip
-    if ids:
-        common.query(conn, f"UPDATE {table} SET run_at = {now} + INTERVAL '{LEASE}' SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
-    return ids
-
-
 def _open(dialect: str, dsn: str):
     return common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
 
@@ -128,7 +119,8 @@ def _rotate(dialect: str, dsn: str):
         token, taken = str(uuid.uuid4()), []
         current, oldest, _ = common.query(conn, rotor)[0]
         for s in ((oldest + i) % SEGMENTS for i in range((current - oldest) % SEGMENTS + 1)):
-            taken += [(s, i) for i in _claim(conn, f"seg{s}", BATCH - len(taken), token, now=now)]
+            lease = f"{now} + INTERVAL '{LEASE}' SECOND"
+            taken += [(s, i) for i in claim(conn, f"seg{s}", BATCH - len(taken), token, now, lease)]
             if len(taken) == BATCH:
                 break
         conn.commit()

@@ -70,8 +70,8 @@ def pyqueue_work(dsn: str, concurrency: int, threads: bool = True) -> None:
     worker.run() if threads else asyncio.run(worker.run())
 
 
-# -- `pyqueue-sql worker bench.peers.py_workers:plain|app` (bench/README.md, Tasks): imported by the
-# CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its worker.
+# -- `pyqueue-sql worker bench.peers.py_workers:plain|app|batch_app` (bench/README.md, Burn-down): imported
+# by the CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its worker.
 
 
 def _app():
