@@ -166,7 +166,7 @@ bench-peers:
 # worker draining a backlog, 2 processes x 16 handlers; 3 rounds by default, one round ~10 min on a
 # quiet machine):
 #   make burndown BURNDOWN_ARGS="--quick --systems pyqueue-async,pgmq --dialects postgresql"
-#   make burndown BURNDOWN_ARGS="--tasks --rounds 8"   pyqueue-sql worker: a task against a plain handler
+#   make burndown BURNDOWN_ARGS="--batch 100 --rounds 3"   pyqueue-sql worker: a batch task against a task
 bench: $(BENCH_STAMP) bench-peers
 	$(PY) -m bench routines $(BENCH_ARGS)
 	$(PY) -m bench burndown $(BURNDOWN_ARGS)

@@ -27,12 +27,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUE = "bench"
 BATCH = 100
 
-# the secondary indexes a scratch copy goes without, one at a time
+# the secondary indexes (the integer queue id's copy rebuilds them)
 INDEXES = ("pyqueue_message_ready_idx", "pyqueue_message_due_idx", "pyqueue_message_group_idx")
 # the narrow set: the primary key and the ready index (the due index's reads served by it)
 NOT_NARROW = ("pyqueue_message_due_idx", "pyqueue_message_group_idx", "pyqueue_message_group_live_idx")
 COLUMNS = "queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at"
-SELECT = "SELECT %s, k, 'job', p, 0, now(), now(), now() FROM unnest(%s::text[], %s::{ptype}[]) AS u(k, p)"
+SELECT = "SELECT %s, k, 'job', p, 0, now(), now(), now() FROM unnest(%s::text[], %s::jsonb[]) AS u(k, p)"
 # the routine's own INSERT (its first write): ids drawn in the batch's order, rows in key order
 ROUTINE_INSERT = (
     "WITH b AS MATERIALIZED (SELECT u.k, u.p, nextval(%s::regclass) AS new_id "
@@ -45,27 +45,10 @@ INT_QUEUE = (QUEUE_ID, "queue_id", "integer")  # the int copies' queue, its colu
 INT_COLUMNS = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID)  # their INSERT's columns, queue
 
 
-def _scratch(cur, name: str, drop: tuple[str, ...] | str = (), text_payload: bool = False) -> None:
-    """A scratch copy of pyqueue_message: its columns, defaults, checks and indexes, less those in
-    drop ("secondary": all but the primary key; "all": the primary key too)."""
+def _scratch(cur, name: str) -> None:
+    """A scratch copy of pyqueue_message: its columns, defaults, checks and indexes."""
     cur.execute(f"DROP TABLE IF EXISTS {name}")
     cur.execute(f"CREATE TABLE {name} (LIKE pyqueue_message INCLUDING ALL) WITH (fillfactor = 80)")
-    cur.execute(
-        "SELECT i.relname, c.conname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
-        "LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid WHERE x.indrelid = %s::regclass",
-        (name,),
-    )
-    for index, constraint in cur.fetchall():
-        if drop in ("all", "secondary"):
-            gone = drop == "all" or constraint is None
-        else:
-            gone = any(_same(cur, index, i) for i in drop)
-        if gone:
-            cur.execute(
-                f"ALTER TABLE {name} DROP CONSTRAINT {constraint}" if constraint else f"DROP INDEX {index}"
-            )
-    if text_payload:
-        cur.execute(f"ALTER TABLE {name} ALTER COLUMN payload TYPE text")
 
 
 def _scratch_int(cur, name: str, drop: tuple[str, ...] = ()) -> None:
@@ -88,17 +71,6 @@ def _scratch_int(cur, name: str, drop: tuple[str, ...] = ()) -> None:
         cur.execute(definition.replace("(queue_name,", "(queue_id,"))
 
 
-def _same(cur, copy: str, original: str) -> bool:
-    """Whether the scratch index `copy` has the definition of pyqueue_message's `original`."""
-    cur.execute(
-        "SELECT regexp_replace(pg_get_indexdef(%s::regclass), '^.* USING ', ''), "
-        "regexp_replace(pg_get_indexdef(%s::regclass), '^.* USING ', '')",
-        (copy, original),
-    )
-    a, b = cur.fetchone()
-    return a == b
-
-
 # the routine's table in the second database, whose due index is dropped
 NODUE = "nodue:pyqueue_message"
 # (name, what one call runs, the table to churn) of every variant (pgmq's where it installed)
@@ -106,22 +78,9 @@ VARIANTS = [
     ("routine", "queue_push_batch", "pyqueue_message"),
     ("pgmq send_batch", "pgmq.send_batch", f"pgmq.q_{QUEUE}"),
     ("copy: every index", "insert", "scratch_all"),
-    *[
-        (f"copy: without {i.removeprefix('pyqueue_message_')}", "insert", f"scratch_no_{n}")
-        for n, i in enumerate(INDEXES)
-    ],
-    ("copy: primary key only", "insert", "scratch_pkey"),
-    ("copy: no index (heap, JSON, checks)", "insert", "scratch_heap"),
-    ("copy: no index, payload text (no jsonb parse)", "insert_text", "scratch_text"),
-    ("copy: every index + ON CONFLICT DO NOTHING (dedup probe)", "insert_dedup", "scratch_all"),
     ("copy: every index, the routine's INSERT (ids drawn, key order)", "insert_routine", "scratch_all"),
-    ("copy: every index, COPY FROM STDIN", "copy_from", "scratch_all"),
-    ("copy: primary key + ready index only", "insert", "scratch_narrow"),
-    ("copy: integer queue id, every index", "insert_int", "scratch_int"),
     ("copy: integer queue id, primary key + ready index only", "insert_int", "scratch_int_narrow"),
-    ("copy: integer queue id + ON CONFLICT DO NOTHING", "insert_int_dedup", "scratch_int"),
     ("routine, table without due_idx (a database of its own)", "queue_push_batch_nodue", NODUE),
-    ("pg_notify alone, once per call", "notify", ""),
 ]
 # --sizes: the bulk enqueue's variants: the routine, its peer, the bare insert into the live table's copy
 BULK_PG = ("routine", "pgmq send_batch", "copy: every index")
@@ -130,9 +89,6 @@ DRAIN_VARIANTS = [
     ("routine: queue_reserve(100) + queue_commit_batch", "routine", "pyqueue_message"),
     ("pgmq read(100) + delete(ids)", "pgmq", f"pgmq.q_{QUEUE}"),
     ("bare UPDATE + DELETE: every index", "bare", "scratch_all"),
-    ("bare UPDATE + DELETE: without due_idx", "bare", "scratch_no_1"),
-    ("bare UPDATE + DELETE: primary key + ready index only", "bare", "scratch_narrow"),
-    ("bare UPDATE + DELETE: integer queue id, every index", "bare_int", "scratch_int"),
     ("bare UPDATE + DELETE: integer queue id, primary key + ready index only", "bare_int", "scratch_int_narrow"),
 ]  # fmt: skip
 
@@ -188,13 +144,6 @@ def drain_once(cur, q, bare, how: str, table: str, since=None) -> int:
 
 def setup(cur) -> None:
     _scratch(cur, "scratch_all")
-    for n, index in enumerate(INDEXES):
-        _scratch(cur, f"scratch_no_{n}", drop=(index,))
-    _scratch(cur, "scratch_pkey", drop="secondary")
-    _scratch(cur, "scratch_heap", drop="all")
-    _scratch(cur, "scratch_text", drop="all", text_payload=True)
-    _scratch(cur, "scratch_narrow", drop=NOT_NARROW)
-    _scratch_int(cur, "scratch_int")
     _scratch_int(cur, "scratch_int_narrow", drop=NOT_NARROW)
 
 
@@ -207,23 +156,13 @@ def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) ->
     cols, queue = INT_COLUMNS if how.startswith("insert_int") else (COLUMNS, QUEUE)
     if how == "pgmq.send_batch":
         cur.execute("SELECT pgmq.send_batch(%s, %s::jsonb[])", (QUEUE, texts))
-    elif how == "notify":
-        cur.execute("SELECT pg_notify('pyqueue_bench_cost', '')")
-    elif how == "copy_from":
-        with cur.copy(f"COPY {table} ({COLUMNS}) FROM STDIN") as copy:
-            for k, t in zip(keys, texts):
-                copy.write_row((QUEUE, k, "job", t, 0, "now", "now", "now"))
     elif how == "insert_routine":
         # the id sequence looked up once a call, as the routine does
         cur.execute("SELECT pg_get_serial_sequence(%s, 'id')", (table,))
         (sequence,) = cur.fetchone()
         cur.execute(ROUTINE_INSERT.format(t=table, cols=COLUMNS), (sequence, keys, texts, QUEUE))
     else:
-        ptype = "text" if how == "insert_text" else "jsonb"
-        sql = f"INSERT INTO {table} ({cols}) " + SELECT.format(ptype=ptype)
-        if how.endswith("_dedup"):
-            sql += " ON CONFLICT DO NOTHING"
-        cur.execute(sql, (queue, keys, texts))
+        cur.execute(f"INSERT INTO {table} ({cols}) " + SELECT, (queue, keys, texts))
     cur.fetchall() if cur.description else None
     return len(keys)
 
@@ -249,10 +188,6 @@ def _connect(dsn: str):
     import psycopg
 
     return psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
-
-
-def _backend_pid(conn) -> int:
-    return common.query(conn, "SELECT pg_backend_pid()")[0][0]
 
 
 def _bulk(args, dsn: str, variants: list, keep: tuple) -> tuple[list, list, range]:
@@ -295,8 +230,8 @@ def run(args) -> tuple[list[dict], dict]:
         db, db_nodue = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_nodue))
         prev or nodue.execute("DROP INDEX pyqueue_message_due_idx")
         qs = {NODUE: db_nodue.queue(QUEUE), "": db.queue(QUEUE)}
-        on = {"queue_push_batch": _backend_pid(db.connection)}
-        on["queue_push_batch_nodue"] = _backend_pid(db_nodue.connection)
+        on = {"queue_push_batch": common.session_id("postgresql", db.connection)}
+        on["queue_push_batch_nodue"] = common.session_id("postgresql", db_nodue.connection)
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=args.calls)
         meta |= dict(batch=BATCH, load_before=common.loadavg(), autovacuum=autovacuum)
         meta |= dict(server=version.split(" on ")[0], pgmq=has_pgmq, sizes=sizes, previous_commit=prev)
@@ -314,7 +249,7 @@ def run(args) -> tuple[list[dict], dict]:
                 where = f" WHERE queue_name = '{QUEUE}'" if table.endswith("pyqueue_message") else ""
                 (nodue if table == NODUE else cur).execute(f"DELETE FROM {table.split(':')[-1]}{where}")
             print(f"batch-cost: round {rnd} of {args.rounds} done ({size} a call)", flush=True)
-        if not args.no_drain and not sizes:
+        if not sizes:
             results += drain(args, conn, dsn, db, on["queue_push_batch"], has_pgmq, payloads)
         meta["load_after"] = common.loadavg()
         return results, meta
@@ -328,8 +263,8 @@ def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[d
         bare = bare_conn.cursor()
         for setting in ("enable_seqscan", "enable_hashjoin", "enable_mergejoin", "enable_bitmapscan"):
             bare.execute(f"SET {setting} = off")
-        on = {"bare": _backend_pid(bare_conn), "routine": q_pid}
-        on["bare_int"], pid = on["bare"], _backend_pid(conn)
+        on = {"bare": common.session_id("postgresql", bare_conn), "routine": q_pid}
+        on["bare_int"], pid = on["bare"], common.session_id("postgresql", conn)
         fills = {"routine": "queue_push_batch", "pgmq": "pgmq.send_batch", "bare_int": "insert_int"}
         results, q, cur = [], db.queue(QUEUE), conn.cursor()
         for rnd in range(args.rounds):
@@ -393,8 +328,8 @@ def summarize(results: list[dict], meta: dict) -> str:
         f"the variants' order rotating; load average {meta['load_before']} before, {meta['load_after']} after. "
         "Per row, median over the rounds (min-max): server CPU of the connection's server process (/proc, "
         "10 ms ticks), client CPU of this process, wall. Every table churns, never vacuumed (autovacuum = "
-        f"{meta['autovacuum']}); `vs every index`: a copy's server CPU less the copy's with every index; "
-        "pg_notify: once a call (a hundredth of a call a row). Method: bench/README.md, Batch cost.",
+        f"{meta['autovacuum']}); `vs every index`: a copy's server CPU less the copy's with every index. "
+        "Method: bench/README.md, Batch cost.",
         "",
         *_table(results, "copy: every index", "vs every index", copies),
     ]
@@ -408,7 +343,6 @@ def summarize(results: list[dict], meta: dict) -> str:
 
 MY_BULK = 5000
 MY_ROW = "(%s, %s, 'job', %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
-INGEST_QUEUE = "ingest"
 LEAN = "lean:pyqueue_message"  # the routine's table in a database of its own, with its key indexes only
 DROP_SECONDARY = ", ".join(f"DROP INDEX {i}" for i in INDEXES)
 
@@ -419,59 +353,22 @@ MY_VARIANTS = [
     ("routine: Queue.push_many (queue_push_batch)", "routine", "pyqueue_message"),
     ("routine, table with the primary key and the key index only (a database of its own)", "routine", LEAN),
     ("plain job table: multi-row INSERT IGNORE", "job", "job"),
-    ("copy: every index and the foreign key, multi-row INSERT", "insert", "scratch_all"),
     ("copy: every index and the foreign key, INSERT IGNORE", "insert_ignore", "scratch_all"),
-    ("copy: primary key, key index and ready index, INSERT IGNORE", "insert_ignore", "scratch_ready"),
-    ("copy: primary key and key index only, INSERT IGNORE", "insert_ignore", "scratch_keys"),
-    ("copy: primary key only (no dedup)", "insert", "scratch_heap"),
-    ("copy: the key as the clustered primary key, id a secondary key, INSERT IGNORE", "insert_ignore", "scratch_keypk"),
-    ("copy: integer queue id, every index and the foreign key, INSERT IGNORE", "insert_int_ignore", "scratch_int"),
-    ("ingest: multi-row INSERT into queue_ingest + CALL queue_ingest_flush", "ingest", "queue_ingest"),
 ]
 # fmt: on
 # --sizes: the routine, the plain job table (the peer), the live table's copy (the bare insert)
-BULK_MY = tuple(MY_VARIANTS[i][0] for i in (0, 2, 4))
+BULK_MY = tuple(MY_VARIANTS[i][0] for i in (0, 2, 3))
 
 
 def _mysql_setup(cur) -> None:
-    """The scratch copies of pyqueue_message (CREATE TABLE ... LIKE copies no foreign key: added)."""
-    fk = "FOREIGN KEY (queue_name) REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE"
-    cur.execute(HandRolled.DDL["mysql"][0])  # the routines suite's hand-rolled queue's table
-    for name in "scratch_all scratch_ready scratch_keys scratch_heap scratch_keypk scratch_int".split():
-        cur.execute(f"CREATE TABLE {name} LIKE pyqueue_message")
-    cur.execute(f"ALTER TABLE scratch_all ADD CONSTRAINT scratch_all_fk {fk}")
+    """The routines suite's plain job table, and the scratch copy of pyqueue_message (CREATE TABLE ...
+    LIKE copies no foreign key: added)."""
+    cur.execute(HandRolled.DDL["mysql"][0])
+    cur.execute("CREATE TABLE scratch_all LIKE pyqueue_message")
     cur.execute(
-        "ALTER TABLE scratch_ready DROP INDEX pyqueue_message_due_idx, DROP INDEX pyqueue_message_group_idx"
+        "ALTER TABLE scratch_all ADD CONSTRAINT scratch_all_fk "
+        "FOREIGN KEY (queue_name) REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE"
     )
-    cur.execute(f"ALTER TABLE scratch_keys {DROP_SECONDARY}")
-    cur.execute(f"ALTER TABLE scratch_heap {DROP_SECONDARY}, DROP INDEX pyqueue_message_key_uk")
-    cur.execute(
-        "ALTER TABLE scratch_keypk DROP PRIMARY KEY, DROP INDEX pyqueue_message_key_uk, "
-        "ADD PRIMARY KEY (queue_name, p_key, p_kind), ADD KEY scratch_keypk_id (id)"
-    )
-    cur.execute(f"ALTER TABLE scratch_keypk ADD CONSTRAINT scratch_keypk_fk {fk}")
-    # the integer queue id: in place of the name in the key index and every index the name leads
-    cur.execute("CREATE TABLE scratch_queue (queue_id INT PRIMARY KEY) ENGINE=InnoDB")
-    cur.execute("INSERT INTO scratch_queue VALUES (%s)", (QUEUE_ID,))
-    cur.execute(
-        f"ALTER TABLE scratch_int ADD COLUMN queue_id INT NOT NULL FIRST, {DROP_SECONDARY}, "
-        "DROP INDEX pyqueue_message_key_uk"
-    )
-    cur.execute(
-        "ALTER TABLE scratch_int DROP COLUMN queue_name, ADD UNIQUE KEY scratch_int_key (queue_id, p_key, p_kind), "
-        "ADD KEY scratch_int_ready (queue_id, priority, scheduled_at, id), "
-        "ADD KEY scratch_int_due (queue_id, scheduled_at, id), "
-        "ADD KEY scratch_int_group (queue_id, group_key, scheduled_at_initially, id), "
-        "ADD CONSTRAINT scratch_int_fk FOREIGN KEY (queue_id) REFERENCES scratch_queue (queue_id) ON DELETE CASCADE"
-    )
-
-
-def _tid(conn) -> int:
-    """The server thread of a MariaDB connection (information_schema.PROCESSLIST.TID)."""
-    sql = "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()"
-    tid = int(common.query(conn, sql)[0][0])
-    conn.commit()
-    return tid
 
 
 def mysql_call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> int:
@@ -481,22 +378,10 @@ def mysql_call(cur, q, how: str, table: str, keys: list[str], payloads: list[dic
         q.push_many([(k, "job", p) for k, p in zip(keys, payloads)])
     elif how == "job":
         cur.execute(HandRolled("mysql").insert_sql(len(keys)), [v for kv in zip(keys, texts) for v in kv])
-    elif how == "ingest":
-        values = ", ".join(["(%s, %s, 'job', %s)"] * len(keys))
+    else:  # the copy: a multi-row INSERT IGNORE
         cur.execute(
-            f"INSERT INTO queue_ingest (queue_name, p_key, p_kind, payload) VALUES {values}",
-            [v for k, t in zip(keys, texts) for v in (INGEST_QUEUE, k, t)],
-        )
-        cur.execute("CALL queue_ingest_flush(%s)", (INGEST_QUEUE,))
-        cur.fetchall()
-        while cur.nextset():
-            cur.fetchall()
-    else:
-        cols, queue = INT_COLUMNS if how.startswith("insert_int") else (COLUMNS, QUEUE)
-        verb = "INSERT IGNORE" if how.endswith("_ignore") else "INSERT"
-        cur.execute(
-            f"{verb} INTO {table} ({cols}) VALUES {', '.join([MY_ROW] * len(keys))}",
-            [v for k, t in zip(keys, texts) for v in (queue, k, t)],
+            f"INSERT IGNORE INTO {table} ({COLUMNS}) VALUES {', '.join([MY_ROW] * len(keys))}",
+            [v for k, t in zip(keys, texts) for v in (QUEUE, k, t)],
         )
     return len(keys)
 
@@ -517,11 +402,13 @@ def run_mysql(args) -> tuple[list[dict], dict]:
         todo, sizes, rounds = _bulk(args, dsn_lean, MY_VARIANTS, BULK_MY)
         (version,) = common.query(conn, "SELECT VERSION()")[0]
         db, db_lean = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_lean))
-        db.queue(INGEST_QUEUE).create()
         prev or lean.execute(f"ALTER TABLE pyqueue_message {DROP_SECONDARY}")
         # each variant timed by the server thread of the connection it runs on
-        qs = {t: (d.queue(QUEUE), _tid(d.connection)) for t, d in (("pyqueue_message", db), (LEAN, db_lean))}
-        tid = _tid(conn)
+        qs = {
+            t: (d.queue(QUEUE), common.session_id("mysql", d.connection))
+            for t, d in (("pyqueue_message", db), (LEAN, db_lean))
+        }
+        tid = common.session_id("mysql", conn)
         meta = dict(command=common.command(), started=common.now_utc(), rounds=args.rounds, calls=calls)
         meta |= dict(batch=MY_BULK, load_before=common.loadavg(), server=f"MariaDB {version}")
         meta |= dict(sizes=sizes, previous_commit=prev, thread_cpu=common.process_cpu(server, tid) is not None)  # fmt: skip
@@ -535,7 +422,7 @@ def run_mysql(args) -> tuple[list[dict], dict]:
                 sample = _timed((server, on), calls * size, work)
                 results.append({"round": rnd, "size": size, "part": "mysql", "variant": name, **sample})
             # the churn: every table emptied by DELETE (InnoDB purges in the background)
-            cur.execute("DELETE FROM pyqueue_message WHERE queue_name IN (%s, %s)", (QUEUE, INGEST_QUEUE))
+            cur.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
             lean.execute("DELETE FROM pyqueue_message WHERE queue_name = %s", (QUEUE,))
             for table in dict.fromkeys(t for _, _, t in MY_VARIANTS if t.startswith(("scratch", "job"))):
                 cur.execute(f"DELETE FROM {table}")
@@ -597,7 +484,6 @@ def main() -> None:
         ("--rounds", 7, "rounds, the variants' order rotating"),
         ("--calls", 300, "calls of 100 rows per variant and round"),
         ("--quick", False, "1 round of 20 calls; writes to bench/results/"),
-        ("--no-drain", False, "the push part only"),
         ("--dialects", "postgresql", "postgresql, mysql (the MariaDB bulk enqueue part), or both"),
         ("--out", None, "directory of batch-cost.md/.json (default bench/latest, --quick bench/results)"),
         ("--sizes", "", "bulk enqueue: rows a call (500,5000): the routine, its peer and the bare insert"),

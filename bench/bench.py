@@ -5,7 +5,7 @@ together, rounds interleaved; medians, ratios to the best peer, CPU per message.
     python -m bench routines --quick             # 1 round, 2,000 messages, 3 s cap
     python -m bench routines --rounds 5 --dialects mysql --workloads push,reserve_ack
 
-`ab` (--previous-commit C, --previous REVISION) and `profile` run this too: README, A/B and profile.
+`ab` (--previous-commit C) and `profile` run this too: README, A/B and profile.
 """
 
 from __future__ import annotations
@@ -152,16 +152,10 @@ class PyQueue(System):
     def push_batch(self, keys: list[str]) -> None:
         self.q.push_many([(k, "job", {"n": k, "kind": "bench"}) for k in keys])
 
-    def take_ack(self) -> int:
-        got = self.q.reserve(worker=self.worker)
+    def _take(self, n: int) -> int:  # one: queue_commit; a batch: queue_commit_batch (commit_many)
+        got = self.q.reserve(n, worker=self.worker)
         if got:
-            self.q.commit(got[0])
-        return len(got)
-
-    def take_ack_batch(self) -> int:
-        got = self.q.reserve(BATCH, worker=self.worker)
-        if got:
-            self.q.commit_many(got)
+            self.q.commit(got[0]) if n == 1 else self.q.commit_many(got)
         return len(got)
 
 
@@ -224,19 +218,15 @@ class PyQueueAsync(_Async, PyQueue):
 
 
 class Previous(PyQueue):
-    """pyqueue-sql with an earlier sql/ (ab): a git commit's files (--previous-commit) or a schema
-    revision (--previous), through the same Python client; a peer, so the ratio is newest / previous."""
+    """pyqueue-sql with a git commit's sql/ (ab, --previous-commit), through the same Python client;
+    a peer, so the ratio is newest / previous."""
 
     name = "previous revision"
     role = "peer"
-    commit: str | None = None
-    revision: str | None = None
+    commit = ""
 
     def setup(self, dsn: str) -> None:
-        if self.commit:
-            common.install_commit(self.dialect, dsn, self.commit)
-        else:
-            importlib.import_module("pyqueue_sql.migrate").upgrade(dsn, self.revision)
+        common.install_commit(self.dialect, dsn, self.commit)
 
 
 FUNCTIONS = "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
@@ -350,18 +340,9 @@ class HandRolled(System):
         self.auto.cursor().execute(self.insert_sql(len(keys)), [v for k in keys for v in (k, _payload(k))])
 
     def _reserve(self, n: int) -> tuple[list[int], str]:
-        cur = self.conn.cursor()
         token = str(uuid.uuid4())
         try:
-            cur.execute(
-                f"SELECT id, payload FROM job WHERE run_at <= {self.now} ORDER BY run_at, id LIMIT {n} {self.lock}"
-            )
-            ids = [row[0] for row in cur.fetchall()]
-            if ids:
-                marks = ", ".join(["%s"] * len(ids))
-                cur.execute(
-                    f"UPDATE job SET run_at = {self.later}, token = %s WHERE id IN ({marks})", [token, *ids]
-                )
+            ids = claim(self.conn, "job", n, token, self.now, self.later, self.lock)
             self.conn.commit()
             return ids, token
         except Exception as exc:  # a deadlock under contention counts as nothing taken
@@ -384,6 +365,19 @@ class HandRolled(System):
                     if attempt == 9 or not _deadlock(exc):
                         raise
         return len(ids)
+
+
+def claim(conn, table: str, n: int, token: str, now: str, later: str, lock: str = "FOR UPDATE SKIP LOCKED"):
+    """A job table's reserve in conn's open transaction: the first n ready rows by (run_at, id), locked
+    by lock, their run_at moved to later under token; their ids."""
+    select = f"SELECT id, payload FROM {table} WHERE run_at <= {now} ORDER BY run_at, id LIMIT {n} {lock}"
+    ids = [r[0] for r in common.query(conn, select)]
+    if ids:
+        marks = ", ".join(["%s"] * len(ids))
+        common.query(
+            conn, f"UPDATE {table} SET run_at = {later}, token = %s WHERE id IN ({marks})", (token, *ids)
+        )
+    return ids
 
 
 class Naive(HandRolled):
@@ -520,15 +514,14 @@ DEFAULT_SYSTEMS = {
 }
 
 
-def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results, keys) -> None:
+def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results) -> None:
     """One client process: its share of the messages (keys random, uuid4 hex as users' business
-    keys are, or serial), from the barrier until done or the time cap."""
+    keys are), from the barrier until done or the time cap."""
     try:
         system = system_cls(dialect)
         system.open(dsn)
         share = range(index, n, clients)  # this client's message numbers
-        serial = keys != "random"  # (no keys for the consuming workloads)
-        names = [f"c{index}-{i}" if serial else uuid.uuid4().hex for i in share if workload not in CONSUMING]
+        names = [uuid.uuid4().hex for _ in share if workload not in CONSUMING]  # (none to consume)
         barrier.wait()
         start = time.perf_counter()
         deadline, count = start + cap, 0
@@ -575,9 +568,7 @@ def churn(system_cls, dialect: str, dsn: str, n: int) -> int:
         return drained + sum(iter(system.take_ack_batch, 0))
 
 
-def measure(
-    system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state="fresh", keys="random"
-) -> dict:
+def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state="fresh") -> dict:
     """One measurement: the system emptied (fresh) or churned, prefilled for a consuming workload,
     then the client processes from one barrier; the rate, and the CPU a message."""
     out: dict[str, Any] = {}
@@ -591,7 +582,7 @@ def measure(
     ctx = mp.get_context("fork")
     barrier, done, results = ctx.Barrier(clients), ctx.Value("q", 0), ctx.Queue()
     client = functools.partial(_client, system_cls, dialect, dsn, workload)
-    shared = (clients, n, cap, barrier, done, results, keys)
+    shared = (clients, n, cap, barrier, done, results)
     procs = [ctx.Process(target=client, args=(i, *shared)) for i in range(clients)]
     for p in procs:
         p.start()
@@ -674,7 +665,7 @@ def markdown(results: list[dict], meta: dict) -> str:
     out = [
         f"Command: `{meta['command']}`. Run {meta['started']} on {meta['machine']}, {meta['seconds']:.0f} s; {meta['rounds']} round(s), "
         f"{meta['clients']} client processes, {meta['messages']:,} messages per measurement "
-        f"({meta.get('bulk_messages') or 0:,} for a bulk enqueue), {meta.get('keys', 'serial')} keys, time cap "
+        f"({meta.get('bulk_messages') or 0:,} for a bulk enqueue), random keys, time cap "
         f"{meta['cap']} s; 1-minute load average {meta['load_before'][0]:.1f} before, "
         f"{meta['load_after'][0]:.1f} after. msg/s, higher is better: the median over the rounds and "
         "the range (min-max). Ratios are taken within each round (systems measured seconds apart), "
@@ -691,7 +682,7 @@ def markdown(results: list[dict], meta: dict) -> str:
         out[0] += f"(autovacuum as the server is configured: {'; '.join(said) or 'not read'})."
     if meta.get("against"):
         out[0] += (
-            f" **A/B**: pyqueue is this checkout's sql/, previous revision {meta['against']}; vs best peer = newest / previous."
+            f" **A/B**: pyqueue is this checkout's sql/, previous revision commit {meta['against']}; vs best peer = newest / previous."
         )
     for dialect in meta["dialects"]:
         rows = summarize(results, dialect, list(SYSTEMS))
@@ -759,7 +750,7 @@ SETTINGS = {  # the server's settings the report names
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
-    keys = "rounds messages bulk_messages cap clients dialects state keys against"
+    keys = "rounds messages bulk_messages cap clients dialects state against"
     meta: dict[str, Any] = {k: getattr(args, k) for k in keys.split()}
     meta |= {"started": common.now_utc(), "command": common.command(), "load_before": os.getloadavg()}
     meta |= {"machine": f"{platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()})"}
@@ -807,7 +798,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                     r = {"dialect": dialect, "system": sname, "workload": w, "round": rnd}
                     n = args.bulk_messages if w in BULK_WORKLOADS else args.messages
                     how = (dialect, dsns[sname], w, args.clients, n, args.cap, pids.get(dialect))
-                    how += (args.state, args.keys)
+                    how += (args.state,)
                     counters = profile_lines(dsns[sname], {})[0] if args.profile else {}
                     try:
                         r.update(measure(SYSTEMS[sname], *how))
@@ -834,7 +825,6 @@ def main(argv: list[str] | None = None) -> int:
         ("--rounds", 0, "rounds (default 3)"),
         ("--messages", 0, "messages per measurement (default 10000)"),
         ("--bulk-messages", 0, f"messages a bulk enqueue, {BULK:,} a call (default 100000; ab: --messages)"),
-        ("--keys", ("random", "serial"), "message keys: random (uuid4 hex) or serial (c<client>-<n>)"),
         ("--cap", 0.0, "time cap per measurement in seconds (default 4)"),
         ("--clients", 4, "client processes (default 4)"),
         ("--dialects", "postgresql,mysql", "comma-separated"),
@@ -843,18 +833,12 @@ def main(argv: list[str] | None = None) -> int:
         ("--no-async", False, "leave out the async client's row"),
         ("--out", None, "directory of bench.md/.json (default bench/latest; ab, profile: bench/results)"),
         ("--states", None, STATES_HELP),
-        ("--previous", None, "ab: the earlier schema revision to compare with"),
         ("--previous-commit", None, "ab: a git commit whose sql/ to compare with"),
         ("--profile", False, "PostgreSQL: each routine's calls and server time per call"),
     )
     args = ap.parse_args(argv)
-    ab = bool(args.previous or args.previous_commit)
-    if args.previous and args.previous_commit:
-        ap.error("--previous and --previous-commit: one or the other")
-    if args.previous and args.previous == importlib.import_module("pyqueue_sql.migrate").head():
-        ap.error(f"--previous {args.previous} is the newest revision: nothing to compare it with")
-    Previous.commit, Previous.revision = args.previous_commit, args.previous
-    args.against = f"commit {args.previous_commit}" if args.previous_commit else args.previous
+    ab = bool(args.previous_commit)
+    Previous.commit = args.against = args.previous_commit
     if ab or args.profile:
         args.systems = args.systems or ",".join(["pyqueue", *(["previous revision"] if ab else [])])
         args.workloads = args.workloads or ",".join(WORKLOADS)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import itertools
-import json
 import os
 import platform
 import shutil
@@ -54,8 +53,7 @@ class System:
     peer: bool = True
     note: str = ""
     needs: str = ""  # the Python package it needs
-    settings: dict | None = None  # a --variant's worker settings
-    extra: bool = False  # run only when named (--tasks, --systems)
+    extra: bool = False  # run only when named (--batch, --systems)
     feature: str = ""  # a --features entry: what install and enqueue set up (common.FEATURES)
 
     def unavailable(self) -> str | None:
@@ -81,9 +79,7 @@ class System:
 
     def _command(self, action: str, dsn: str, *args: str) -> list[str]:
         if self.kind == "py" or (self.kind == "cli" and action != "work"):
-            name = self.name.split(":")[0]
-            name = {"threads": "pyqueue-threads", "asyncio": "pyqueue-async"}.get(name, name)
-            return [sys.executable, PY_WORKERS, action, name, dsn, *args]
+            return [sys.executable, PY_WORKERS, action, self.name.split(":")[0], dsn, *args]
         if self.kind == "node":
             return ["node", NODE_WORKERS, action, self.name, dsn, *args]
         if action == "install":
@@ -101,20 +97,10 @@ class System:
             env["BENCH_BATCH"] = str(BATCH[0])
             return [cli, *f"worker bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()], env
         if self.kind == "py":
-            settings = ["--settings", json.dumps(self.settings)] if self.settings else []
-            args = ("--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms), *settings)
-            return self._command("work", dsn, *args), None
+            return self._command(
+                "work", dsn, "--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms)
+            ), None
         return self._command("work", dsn, str(CONCURRENCY), str(sleep_ms)), None
-
-
-def variant(text: str, dialect: str) -> System:
-    """A --variant: threads or asyncio, then the worker's settings (runtime:name=value,...)."""
-    runtime, _, rest = text.partition(":")
-    if runtime not in ("threads", "asyncio"):
-        raise SystemExit(f"a variant starts with threads or asyncio: {text!r}")
-    settings = common.worker_settings(rest)
-    label = f"`{'Worker' if runtime == 'threads' else 'AsyncWorker'}` {rest or '(defaults)'}"
-    return System(text, dialect, label, "py", LIVE, peer=False, settings=settings)
 
 
 def feature(name: str, dialect: str) -> System:
@@ -216,16 +202,12 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         cpu = [common.process_cpu(p.pid) for p in procs]  # the worker processes' own CPU, all threads
         server = common.sessions_cpu(cur, strict=True) if pg else None  # the workers' sessions, still open
         known = done and None not in cpu + cpu0
-        server_us = None
-        if done and server is not None and server0 is not None:
+        spent = None  # the server's CPU from the go
+        if server is not None and server0 is not None:
             spent = sum(v - server0.get(pid, 0.0) for pid, v in server.items())
-            server_us = round(spent / done * 1e6, 1)
-        elif (
-            done
-            and mysqld0 is not None
-            and (mysqld1 := common.server_cpu(system.dialect, mysqld)) is not None
-        ):
-            server_us = round((mysqld1 - mysqld0) / done * 1e6, 1)
+        elif mysqld0 is not None and (mysqld1 := common.server_cpu(system.dialect, mysqld)) is not None:
+            spent = mysqld1 - mysqld0
+        server_us = round(spent / done * 1e6, 1) if done and spent is not None else None
         worker_us = round((sum(cpu) - sum(cpu0)) / done * 1e6, 1) if known else None
         life = dict(spawn_rate=done / (elapsed + ready), ready_s=round(ready, 3))
         life |= dict(life_cpu_us_per_job=round(sum(cpu) / done * 1e6, 1) if known else None)
@@ -366,11 +348,9 @@ def main() -> None:
         ("--workloads", ",".join(WORKLOADS), "comma-separated"),
         ("--states", ",".join(STATES), "comma-separated: fresh, churned (bench/README.md, Burn-down)"),
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
-        ("--name", None, "the results' file name (default burndown, burndown-tasks, burndown-variants)"),
-        ("--tasks", False, "`pyqueue-sql worker`: a plain handler against the same no-op job as a task"),
+        ("--name", None, "the results' file name (default burndown, burndown-batch, burndown-features)"),
         ("--batch", 0, "`pyqueue-sql worker`: an @app.task against the same job as a batch task of N"),
     )
-    ap.add_argument("--variant", action="append", help="pyqueue-sql's worker: threads|asyncio[:a=b,...]")
     ap.add_argument(
         "--features",
         help="`pyqueue-sql worker` on a queue with each feature, as a ratio of plain: "
@@ -378,8 +358,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     BATCH[0] = args.batch or BATCH[0]
-    if args.tasks or args.batch:
-        args.systems = args.systems or f"pyqueue-tasks,pyqueue-{'batch' if args.batch else 'cli'}"
+    if args.batch:
+        args.systems = args.systems or "pyqueue-tasks,pyqueue-batch"
         args.workloads = args.workloads if "--workloads" in sys.argv else "noop"
     common.exit_on_sigterm()
     _bytecode()
@@ -394,10 +374,9 @@ def main() -> None:
     PROCESSES = 1 if features else PROCESSES  # one `pyqueue-sql worker`, as a user starts it
     if features and features[0] != "plain":
         features = ["plain", *(f for f in features if f != "plain")]  # the ratios' reference, first
-    chosen = lambda s: s.name in wanted if wanted else not s.extra and not args.variant and not features  # noqa: E731
+    chosen = lambda s: s.name in wanted if wanted else not s.extra and not features  # noqa: E731
     systems = [s for s in SYSTEMS if s.dialect in dialects and chosen(s)]
     systems += [feature(f, d) for d in dialects for f in features]
-    systems += [variant(v, d) for d in dialects for v in args.variant or []]
     unavailable: dict[str, dict[str, str]] = {}
     for s in systems:
         if why := s.unavailable():
@@ -412,8 +391,7 @@ def main() -> None:
     peerless = [d for d in dialects if not any(s.peer for s in systems if s.dialect == d)]
     meta["baseline"] = {d: firsts[d] if d in peerless else None for d in dialects}
     results: list[dict] = []
-    mode = "-tasks" if args.tasks else "-batch" if args.batch else "-variants" if args.variant else ""
-    mode = "-features" if features else mode
+    mode = "-features" if features else "-batch" if args.batch else ""
     out = args.out or os.path.join(HERE, "results" if args.quick or mode else "latest")
     name = args.name or "burndown" + mode
 

@@ -179,6 +179,16 @@ def process_cpu(pid: int | None, tid: int | None = None) -> float | None:
     return _seconds(fields) if fields else None
 
 
+def session_id(dialect: str, conn) -> int:
+    """The server's process (PostgreSQL: the backend) or thread (MariaDB: PROCESSLIST.TID, one a
+    connection) of a session, whose CPU /proc shows; MariaDB's read committed after it."""
+    if dialect == "postgresql":
+        return int(query(conn, "SELECT pg_backend_pid()")[0][0])
+    tid = int(query(conn, "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()")[0][0])
+    conn.commit()
+    return tid
+
+
 def sessions_cpu(cur, strict: bool = False) -> dict[int, float] | None:
     """PostgreSQL: the CPU seconds of each other backend in the cursor's database that can be read
     (strict: None unless every one can)."""
@@ -300,20 +310,6 @@ def names(text: str | None, known=(), ap: argparse.ArgumentParser | None = None,
     return out
 
 
-def worker_settings(text: str) -> dict:
-    """A --variant's worker settings, name=value[,name=value] (a value: a number, true, false or none)."""
-    settings = {}
-    for part in filter(None, text.split(",")):
-        name, eq, value = (x.strip() for x in part.partition("="))
-        try:
-            settings[name] = json.loads({"none": "null"}.get(value.lower(), value.lower()))
-        except ValueError:
-            settings[name] = ""
-        if not eq or isinstance(settings[name], (str, list, dict)):
-            raise SystemExit(f"a setting is name=value, the value a number, true, false or none: {part!r}")
-    return settings
-
-
 def chunks(n: int, size: int = 1000, start: int = 0):
     """The numbers start .. start + n - 1 in ranges of size (a bulk enqueue's calls)."""
     return (range(i, min(start + n, i + size)) for i in range(start, start + n, size))
@@ -332,8 +328,6 @@ FEATURES = {
     "results": lambda q: q.set_result_retention(3600),
     "priorities": lambda q: None,
 }
-
-
 FEATURES_SAID = {
     "limit": '`set_limit("noop", 64)`',
     "rate": "`set_rate(None, 10000, 0.1)`",
@@ -351,18 +345,12 @@ def set_feature(queue, feature: str) -> None:
 def push_jobs(dsn: str, jobs: int, queue: str, start: int = 0, feature: str = "plain") -> None:
     """A backlog of no-op jobs (kind noop, payload {"n": i}) pushed by pyqueue-sql's client, 1,000 a call
     (with --features groups, in 200 groups; priorities, at ten priorities)."""
+    extra = {"groups": lambda i: {"group": f"g{i % 200}"}, "priorities": lambda i: {"priority": i % 10}}
     with pyqueue_sql.connect(dsn) as db:
         for numbers in chunks(jobs, start=start):
-            if feature == "groups":
+            if how := extra.get(feature):
                 db.queue(queue).push_many(
-                    [
-                        dict(key=f"j{i:09d}", kind="noop", payload={"n": i}, group=f"g{i % 200}")
-                        for i in numbers
-                    ]
-                )
-            elif feature == "priorities":
-                db.queue(queue).push_many(
-                    [dict(key=f"j{i:09d}", kind="noop", payload={"n": i}, priority=i % 10) for i in numbers]
+                    [dict(key=f"j{i:09d}", kind="noop", payload={"n": i}, **how(i)) for i in numbers]
                 )
             else:
                 db.queue(queue).push_many([(f"j{i:09d}", "noop", {"n": i}) for i in numbers])

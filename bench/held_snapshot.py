@@ -8,6 +8,7 @@ CONSISTENT SNAPSHOT (MySQL/MariaDB) and keeps it --minutes. Method and table: be
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import multiprocessing as mp
@@ -18,7 +19,7 @@ import uuid
 
 import pyqueue_sql
 from bench import common
-from bench.bench import HandRolled, Pgmq, _payload
+from bench.bench import HandRolled, Pgmq, _payload, claim
 
 QUEUE, BATCH = "held", 50
 LEASE = 300  # seconds every system leases what it reserves for (--lease; set before the clients fork)
@@ -47,22 +48,17 @@ def _plain(dialect: str, dsn: str):
     job.open(dsn)
     k = iter(range(1 << 62))
 
-    def settle(taken):
-        ids, token = taken
-        return _rows(job.auto, f"DELETE FROM job WHERE token = %s AND id IN ({_marks(ids)})", (token, *ids)) if ids else 0  # fmt: skip
-
     return (
         lambda: job.push_batch([f"m{next(k)}" for _ in range(BATCH)]),
         lambda: job._reserve(BATCH),
-        settle,
+        lambda taken: _settle(job.auto, "job", *taken),
         [job.auto, job.conn],  # pushes and settles; the reserve's transactions
     )
 
 
-# Two designs whose tables should not keep what a held snapshot holds back (reuse MySQL/MariaDB
-# only). Both have the job table's columns and indexes (its DDL, renamed), its reserve (_claim) and
-# one client session for pushes and reserves (a transaction each), one for settles and upkeep.
-FREE = "9999-12-31"  # reuse: the run_at of a free row, past any reserve's range
+# Designs whose tables should not keep what a held snapshot holds back: each has the job table's
+# columns and indexes (its DDL, renamed), its reserve (bench.bench.claim) and one client session for pushes and
+# reserves (a transaction each), one for settles and upkeep.
 SEGMENTS, PERIOD = 4, 2  # rotate: tables seg0..seg3; the pushes move to the next every PERIOD s
 NOW = {"mysql": "UTC_TIMESTAMP(6)", "postgresql": "now()"}
 ROTATE = {  # rotate's SQL of each dialect; "timeout": the error of a lock not had in time
@@ -81,61 +77,25 @@ def _marks(items) -> str:
     return ", ".join(["%s"] * len(items))
 
 
-def _rows(conn, sql: str, params: tuple = ()) -> int:
-    """Runs one statement; returns the rows it changed."""
-    cur = conn.cursor()
-    try:
-        cur.execute(sql, params)
+def _settle(auto, table: str, ids: list, token: str) -> int:
+    """The rows of ids leased under token deleted; how many."""
+    if not ids:
+        return 0
+    with contextlib.closing(auto.cursor()) as cur:
+        cur.execute(f"DELETE FROM {table} WHERE token = %s AND id IN ({_marks(ids)})", (token, *ids))
         return cur.rowcount
-    finally:
-        cur.close()
 
 
-def _claim(conn, table: str, n: int, token: str, hint: str = "", now: str = NOW["mysql"]) -> list[int]:
-    """The job table's reserve in conn's open transaction: the first n ready rows by (run_at, id),
-    SKIP LOCKED, leased LEASE seconds under token."""
-    ids = [r[0] for r in common.query(conn, f"SELECT id, payload FROM {table} {hint} WHERE run_at <= {now} ORDER BY run_at, id LIMIT {n} FOR UPDATE SKIP LOCKED")]  # fmt: skip
-    if ids:
-        common.query(conn, f"UPDATE {table} SET run_at = {now} + INTERVAL '{LEASE}' SECOND, token = %s WHERE id IN ({_marks(ids)})", (token, *ids))  # fmt: skip
-    return ids
+def _insert(conn, dialect: str, table: str, k) -> None:
+    """BATCH rows of the next keys of k pushed into a job table (a duplicate key skipped), committed."""
+    keys = [f"m{next(k)}" for _ in range(BATCH)]
+    values = tuple(x for key in keys for x in (key, _payload(key)))
+    common.query(conn, ROTATE[dialect]["insert"].format(table, ", ".join(["(%s, %s)"] * BATCH)), values)
+    conn.commit()
 
 
 def _open(dialect: str, dsn: str):
     return common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
-
-
-def _reuse(dialect: str, dsn: str):
-    """A job table whose rows are never deleted: the settle frees a row (run_at FREE, no key: one
-    UPDATE), a push fills free rows (SKIP LOCKED) and inserts only the rest."""
-    conn, auto = _open(dialect, dsn)
-    k = iter(range(1 << 62))
-
-    def push():
-        keys = [f"m{next(k)}" for _ in range(BATCH)]
-        free = [r[0] for r in common.query(conn, f"SELECT id FROM slot WHERE run_at = '{FREE}' ORDER BY id LIMIT {BATCH} FOR UPDATE SKIP LOCKED")]  # fmt: skip
-        if free:  # a key already queued leaves its row free (UPDATE IGNORE), as INSERT IGNORE skips it
-            cases = " ".join(["WHEN %s THEN %s"] * len(free))
-            pairs = list(zip(free, keys))
-            common.query(conn, f"UPDATE IGNORE slot SET msg_key = CASE id {cases} END, payload = CASE id {cases} END, run_at = UTC_TIMESTAMP(6), token = NULL WHERE id IN ({_marks(free)})",  # fmt: skip
-                         (*(x for i, key in pairs for x in (i, key)), *(x for i, key in pairs for x in (i, _payload(key))), *free))  # fmt: skip
-        if rest := keys[len(free) :]:
-            common.query(conn, f"INSERT IGNORE INTO slot (msg_key, payload) VALUES {', '.join(['(%s, %s)'] * len(rest))}",
-                         tuple(x for key in rest for x in (key, _payload(key))))  # fmt: skip
-        conn.commit()
-
-    def reserve():
-        token = str(uuid.uuid4())
-        # by its index, as the job table: on a table this small the optimizer may also read all its
-        # rows and sort them (no delete-marked entry met), a plan it leaves as the table grows
-        ids = _claim(conn, "slot", BATCH, token, "FORCE INDEX (slot_ready)")
-        conn.commit()
-        return ids, token
-
-    def settle(taken):
-        ids, token = taken
-        return _rows(auto, f"UPDATE slot SET run_at = '{FREE}', msg_key = NULL, payload = '{{}}', token = NULL WHERE token = %s AND id IN ({_marks(ids)})", (token, *ids)) if ids else 0  # fmt: skip
-
-    return push, reserve, settle, [auto, conn]
 
 
 def _rotate(dialect: str, dsn: str):
@@ -151,10 +111,7 @@ def _rotate(dialect: str, dsn: str):
     def push():
         # the shared lock on rotor is the segment's: the move to the next waits for the pushes into it
         current, _, due = common.query(conn, rotor)[0]
-        keys = [f"m{next(k)}" for _ in range(BATCH)]
-        common.query(conn, sql["insert"].format(f"seg{current}", ", ".join(["(%s, %s)"] * BATCH)),
-                     tuple(x for key in keys for x in (key, _payload(key))))  # fmt: skip
-        conn.commit()
+        _insert(conn, dialect, f"seg{current}", k)
         if due:
             common.query(auto, f"UPDATE rotor SET current = MOD(current + 1, {SEGMENTS}), since = {now} WHERE id = 1 AND current = %s AND MOD(current + 1, {SEGMENTS}) <> oldest", (current,))  # fmt: skip
 
@@ -162,7 +119,8 @@ def _rotate(dialect: str, dsn: str):
         token, taken = str(uuid.uuid4()), []
         current, oldest, _ = common.query(conn, rotor)[0]
         for s in ((oldest + i) % SEGMENTS for i in range((current - oldest) % SEGMENTS + 1)):
-            taken += [(s, i) for i in _claim(conn, f"seg{s}", BATCH - len(taken), token, now=now)]
+            lease = f"{now} + INTERVAL '{LEASE}' SECOND"
+            taken += [(s, i) for i in claim(conn, f"seg{s}", BATCH - len(taken), token, now, lease)]
             if len(taken) == BATCH:
                 break
         conn.commit()
@@ -192,13 +150,9 @@ def _rotate(dialect: str, dsn: str):
 
     def settle(taken):
         pairs, token = taken
-        done = 0
-        for s in sorted({s for s, _ in pairs}):
-            ids = [i for t, i in pairs if t == s]
-            done += _rows(
-                auto, f"DELETE FROM seg{s} WHERE token = %s AND id IN ({_marks(ids)})", (token, *ids)
-            )
-        return done
+        return sum(
+            _settle(auto, f"seg{s}", [i for t, i in pairs if t == s], token) for s in {s for s, _ in pairs}
+        )
 
     return push, reserve, settle, [auto, conn]
 
@@ -217,12 +171,6 @@ def _leased(dialect: str, dsn: str):
             f"ORDER BY run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED")  # fmt: skip
     hint = "FORCE INDEX (leased_ready)" if dialect == "mysql" else ""
 
-    def push():
-        keys = [f"m{next(k)}" for _ in range(BATCH)]
-        common.query(conn, ROTATE[dialect]["insert"].format("leased", ", ".join(["(%s, %s)"] * BATCH)),
-                     tuple(x for key in keys for x in (key, _payload(key))))  # fmt: skip
-        conn.commit()
-
     def reserve():
         token, t0 = str(uuid.uuid4()), time.perf_counter()
         rows = []
@@ -239,11 +187,12 @@ def _leased(dialect: str, dsn: str):
         conn.commit()
         return [r[0] for r in rows], token
 
-    def settle(taken):
-        ids, token = taken
-        return _rows(auto, f"DELETE FROM leased WHERE token = %s AND id IN ({_marks(ids)})", (token, *ids)) if ids else 0  # fmt: skip
-
-    return push, reserve, settle, [auto, conn]
+    return (
+        lambda: _insert(conn, dialect, "leased", k),
+        reserve,
+        lambda t: _settle(auto, "leased", *t),
+        [auto, conn],
+    )
 
 
 def _pgmq(dialect: str, dsn: str):
@@ -261,22 +210,13 @@ SYSTEMS = {
     "pyqueue": _pyqueue,
     "plain": _plain,
     "pgmq": _pgmq,
-    "reuse": _reuse,
     "rotate": _rotate,
     "leased": _leased,
 }
 NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pgmq",
-         "reuse": "job table, rows reused", "rotate": f"{SEGMENTS} rotating job tables",
+         "rotate": f"{SEGMENTS} rotating job tables",
          "leased": "job table, lease in a column, read from a mark"}  # fmt: skip
-ONLY = {"pgmq": "postgresql", "reuse": "mysql"}  # the systems of one dialect
-
-
-# The server's thread of a session: PostgreSQL its backend's pid, MariaDB the connection's thread
-# (one thread a connection), whose CPU /proc shows.
-SESSION = {
-    "postgresql": "SELECT pg_backend_pid()",
-    "mysql": "SELECT TID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()",
-}
+ONLY = {"pgmq": "postgresql"}  # the systems of one dialect
 
 
 def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) -> None:
@@ -285,7 +225,7 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) 
     pids or thread ids put in sessions."""
     push, reserve, settle, conns = SYSTEMS[name](dialect, dsn)
     for conn, session in zip(conns, sessions):
-        session.value = int(common.query(conn, SESSION[dialect])[0][0])
+        session.value = common.session_id(dialect, conn)
     sent, buf = time.perf_counter(), []
     while not stop.is_set():
         cpu.value = time.process_time()
@@ -302,8 +242,6 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) 
 # What a read costs, whatever the load. PostgreSQL: the buffers one reserve touches (EXPLAIN ANALYZE
 # BUFFERS, REPEATABLE READ, rolled back). MySQL/MariaDB (a CALL has no ANALYZE): the pages a read of
 # the first 50 ready entries accesses (ANALYZE FORMAT=JSON), the delete-marked ones it steps over.
-# Not reuse's: under a held view that read of its rows ran for minutes (each row read back through
-# its versions), the settles stalled meanwhile.
 PROBE = {
     ("postgresql", "pyqueue"): f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', {BATCH})",
     ("postgresql", "pgmq"): f"SELECT * FROM pgmq.read('{QUEUE}', 300, {BATCH})",
@@ -340,8 +278,6 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
     if "pgmq" in systems:
         common.install_pgmq(dsn, QUEUE)
     job = HandRolled.DDL[dialect]
-    if "reuse" in systems:  # a free row has no key
-        common.execute(dialect, dsn, job[0].replace("job", "slot").replace("msg_key VARCHAR(255) NOT NULL", "msg_key VARCHAR(255) NULL"))  # fmt: skip
     if "leased" in systems:  # the job table and a column for the lease's end
         common.execute(dialect, dsn, *(ddl.replace("job", "leased") for ddl in job))
         common.execute(dialect, dsn, f"ALTER TABLE leased ADD leased_until {ROTATE[dialect]['since']} NULL")
@@ -392,7 +328,8 @@ def run(args) -> dict:
         counts = {n: ctx.Value("q", 0, lock=False) for n in systems}
         cpus = {n: ctx.Value("d", 0.0, lock=False) for n in systems}
         sessions = {n: [ctx.Value("q", 0, lock=False) for _ in range(2)] for n in systems}
-        server = common.server_pid(dialect, dsn) if dialect == "mysql" else None
+        # a session's CPU: PostgreSQL its backend's process, MariaDB its thread of the server's process
+        server = [common.server_pid(dialect, dsn)] if dialect == "mysql" else []
         procs = [
             ctx.Process(target=_loop, args=(n, dialect, dsn, stop, counts[n], times, cpus[n], sessions[n]))
             for n in systems
@@ -411,15 +348,8 @@ def run(args) -> dict:
                 time.sleep(min(1.0, until - now))
                 used = {}
                 for n in systems:
-                    sids = [v.value for v in sessions[n] if v.value]
-                    serv = [
-                        common.process_cpu(sid)
-                        if dialect == "postgresql"
-                        else common.process_cpu(server, sid)
-                        for sid in sids
-                    ]
-                    total = sum(serv) if sids and None not in serv else None
-                    used[n] = (cpus[n].value or None, total)
+                    serv = [common.process_cpu(*server, v.value) for v in sessions[n] if v.value]
+                    used[n] = (cpus[n].value or None, sum(serv) if serv and None not in serv else None)
                 series.append((time.perf_counter() - t0, {n: counts[n].value for n in systems}, used))
                 while True:
                     try:
@@ -474,7 +404,6 @@ def summary(out: dict) -> str:
         "",
         f"One client a system: push_many {BATCH}, reserve(n={BATCH}), commit_many (the job table: a multi-row INSERT, "
         f"SELECT ... LIMIT {BATCH} FOR UPDATE SKIP LOCKED + UPDATE, DELETE by ids"
-        + ("; rows reused: the settle an UPDATE to free, the push an UPDATE of free rows" * ("reuse" in systems))
         + (f"; {SEGMENTS} job tables taking the pushes in turn, {PERIOD} s each, read oldest first, "
            "emptied by TRUNCATE TABLE" * ("rotate" in systems))
         + f"); every reserve leases for {out.get('lease_s', 300)} s; a snapshot held from "
@@ -500,7 +429,7 @@ def main(argv=None) -> int:
         (
             "--systems",
             "",
-            "comma-separated, of: pyqueue, plain, pgmq, reuse, rotate, leased (default: the first 3)",
+            "comma-separated, of: pyqueue, plain, pgmq, rotate, leased (default: the first 3)",
         ),
         (
             "--lease",

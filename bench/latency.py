@@ -1,6 +1,5 @@
-"""Push -> handler-start latency of an idle Worker, its queries a second while idle, and the cost of
-the NOTIFY throttle (PostgreSQL, as ratios to delayed); or a limited reserve's; or the pickup latency
-under a steady stream (--stream). bench/README.md, Latency.
+"""Push -> handler-start latency of an idle Worker and its queries a second while idle; or a limited
+reserve's (--limited); or the pickup latency under a steady stream (--stream). bench/README.md, Latency.
 
     python -m bench latency                       # both dialects
     python -m bench latency --stream 800 --stream-sql main --rounds 3   # PostgreSQL, A/B alternated
@@ -12,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import datetime as dt
 import json
 import multiprocessing
 import random
@@ -27,9 +25,9 @@ from bench import common
 
 
 @contextlib.contextmanager
-def running(dsn: str, queue: str, handler):
-    """A Worker (concurrency 4) running handler on queue in a thread for the with block."""
-    worker = pyqueue_sql.Worker(dsn, concurrency=4)
+def running(dsn: str, queue: str, handler, concurrency: int = 4):
+    """A Worker running handler on queue in a thread for the with block."""
+    worker = pyqueue_sql.Worker(dsn, concurrency=concurrency)
     worker.add_handler(queue, handler)
     t = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     t.start()
@@ -76,42 +74,6 @@ def measure_latency(dsn: str, samples: int, idle_seconds: float) -> dict:
     return result | {"idle_client_queries_per_s": round(idle_qps, 2), "wakeups": worker.stats.wakeups}
 
 
-def measure_push_cost(dsn: str, pushes: int, rounds: int) -> dict:
-    db = pyqueue_sql.connect(dsn)
-    queues = {m: db.queue(f"bench.push.{m}").create() for m in ("delayed", "throttled", "listened", "every")}
-    queues["every"].set_notify_window(0)
-    listener = pyqueue_sql.connect(dsn)
-    db.dialect.listener.listen(listener.connection, [queues["listened"].channel(), queues["every"].channel()])
-    stop = threading.Event()
-
-    def drain():  # a real listener consumes its notifications
-        while not stop.is_set():
-            for _ in listener.connection.notifies(timeout=0.2):
-                pass
-
-    drainer = threading.Thread(target=drain, daemon=True)
-    drainer.start()
-    totals, later, n = dict.fromkeys(queues, 0.0), dt.timedelta(days=1), 0
-    for r in range(rounds):
-        for mode, q in queues.items():
-            start = time.perf_counter()
-            for i in range(pushes):
-                q.push(f"r{r}-{i}", "k", {"i": i}, run_at=later if mode == "delayed" else None)
-            totals[mode] += time.perf_counter() - start
-        n += pushes
-    stop.set()
-    drainer.join(timeout=5)
-    listener.close()
-    base = totals["delayed"]
-    result = {
-        m: {"pushes_per_s": round(n / t, 1), "time_vs_delayed": round(t / base, 3)} for m, t in totals.items()
-    }
-    for q in queues.values():
-        q.drop()
-    db.close()
-    return result
-
-
 def measure_limited(dsn: str, limited: int, consumers: int, seconds: float) -> dict:
     """Reserve (n 1) latencies in ms of `consumers` threads, each asking for one kind of five (and committing and
     pushing back what it got), alternating a queue whose first `limited` kinds have a limit of 2 with one without."""
@@ -142,16 +104,10 @@ def stream_worker(dsn: str, queue: str, handlers: int, ready, stop, out) -> None
     """A Worker of `handlers` threads in a process of its own, as users run one: each no-op job's
     enqueue -> start in ms (the producer's time.time() is in the payload); sent to out at stop."""
     lat: list[float] = []
-    worker = pyqueue_sql.Worker(dsn, concurrency=handlers)
-    worker.add_handler(
-        queue, lambda job: "t" in job.payload and lat.append((time.time() - job.payload["t"]) * 1000)
-    )
-    t = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
-    t.start()
-    ready.set()
-    stop.wait()
-    worker.stop()
-    t.join(timeout=60)
+    handler = lambda job: "t" in job.payload and lat.append((time.time() - job.payload["t"]) * 1000)  # noqa: E731
+    with running(dsn, queue, handler, handlers):
+        ready.set()
+        stop.wait()
     out.put(lat)
 
 
@@ -239,8 +195,7 @@ def main(argv=None) -> int:
         __doc__.splitlines()[0],
         ("--samples", 200, "pushes per dialect"),
         ("--idle-seconds", 10.0, ""),
-        ("--pushes", 500, "pushes per mode and round (throttle cost)"),
-        ("--rounds", 6, "rounds"),
+        ("--rounds", 6, "--stream: rounds"),
         ("--out", "bench/results", "where latency-<time>.{json,md} go"),
         ("--limited", -1, "only the limited reserve: this many of five kinds limited (8 consumers, 10 s)"),
         ("--limited-sql", None, "the limited reserve on this commit's SQL (an A/B)"),
@@ -270,19 +225,14 @@ def main(argv=None) -> int:
         md += common.table(["queue", "reserves", "p50 ms", "p99 ms"], rows, "lrrr")
         common.write(args.out, time.strftime("limited-%Y-%m-%dT%H%M%SZ", time.gmtime()), "\n".join(md), r, "")
         return 0
-    report: dict = {"latency": {}, "push_cost_postgresql": None}
+    report: dict = {"latency": {}}
     for dialect in args.dialect or ["postgresql", "mysql"]:
         with common.database(dialect, "lat") as dsn:
             report["latency"][dialect] = measure_latency(dsn, args.samples, args.idle_seconds)
-            if dialect == "postgresql":
-                report["push_cost_postgresql"] = measure_push_cost(dsn, args.pushes, args.rounds)
     print(json.dumps(report, indent=2))
     keys = ("samples", "p50_ms", "p95_ms", "p99_ms", "max_ms", "idle_client_queries_per_s")
     lines = common.table(["dialect", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "idle q/s"],
                          [(d, *(r[k] for k in keys)) for d, r in report["latency"].items()], "lrrrrrr")  # fmt: skip
-    if cost := report["push_cost_postgresql"]:
-        rows = [(m, r["pushes_per_s"], r["time_vs_delayed"]) for m, r in cost.items()]
-        lines += ["", *common.table(["push mode (PostgreSQL)", "pushes/s", "time vs delayed"], rows, "lrr")]
     stem = time.strftime("latency-%Y-%m-%dT%H%M%SZ", time.gmtime())
     common.write(args.out, stem, "\n".join(lines) + "\n", report, tag="")
     return 0

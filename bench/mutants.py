@@ -2,7 +2,8 @@
 {"file": ..., "find": ..., "replace": ..., "note": ...[, "equivalent": "<why>"]} a JSON line; the
 chosen tests (default: every test file that kills a built-in mutant, KILLERS) run against each, after the
 unmutated copy passes them. Exit 0 only when every mutant not marked equivalent is killed. The
-built-in list: bench/mutants.jsonl; how to read the run: bench/README.md, Mutants."""
+built-in list: bench/mutants.jsonl; how to read the run: bench/README.md, Mutants. With --model
+(python -m bench model): the whole contract's model alone, long, on the suite's servers."""
 
 from __future__ import annotations
 
@@ -136,13 +137,22 @@ def main() -> int:
         ("--tests", DEFAULT_TESTS, "pytest's arguments: the tests run against each mutant"),
         ("--only", None, "comma-separated line numbers of the file: run only these mutants"),
         ("--match", None, "a regular expression: only the mutants whose file, find or note match"),
-        ("--examples", 25, "the model's examples per run (default 25)"),
+        ("--examples", 0, "the model's examples per run (default 25; --model 2000)"),
         ("--timeout", 900.0, "seconds per mutant (default 900)"),
+        ("--model", False, "python -m bench model: run the whole contract's model alone, --examples N"),
+        ("--seed", -1, "--model: hypothesis's seed (pytest --hypothesis-seed), a run to repeat"),
     )
     p.add_argument(
         "--dialect", choices=("postgresql", "mysql"), help="only the mutants of this dialect's files"
     )
     a = p.parse_args()
+    if a.model:
+        cmd = [sys.executable, "-m", "pytest", MODEL, "-q", "-s", "-p", "no:cacheprovider"]
+        cmd += ["-k", a.dialect] if a.dialect else []
+        cmd += [f"--hypothesis-seed={a.seed}"] if a.seed >= 0 else []
+        env = dict(os.environ, PYQUEUE_MODEL_EXAMPLES=str(a.examples or 2000))
+        return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    a.examples = a.examples or 25
     mutants = load(a.file)
     if a.dialect:
         mutants = [m for m in mutants if dialect_of(m) == a.dialect]

@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from typing import Any
@@ -177,7 +176,7 @@ class Fleet:
         self.slots: dict[int, WorkerProc] = {}
         # stopping: got SIGTERM, not reaped yet
         self.stopping, self.done, self.unexpected_exits, self.gen = [], [], [], 0
-        self.kills, self.lock = collections.Counter(), threading.Lock()
+        self.kills = collections.Counter()
 
     def start(self, slot: int) -> WorkerProc:
         self.gen += 1
@@ -198,63 +197,58 @@ class Fleet:
         return w
 
     def start_all(self) -> None:
-        with self.lock:
-            for slot in set(range(self.n)) - set(self.slots):
-                self.start(slot)
+        for slot in set(range(self.n)) - set(self.slots):
+            self.start(slot)
 
     def reap(self) -> None:
         """Collects exited processes; restarts a slot whose worker died on its own."""
-        with self.lock:
-            for w in [w for w in self.stopping if w.poll() is not None]:
+        for w in [w for w in self.stopping if w.poll() is not None]:
+            self.done.append(w)
+            self.stopping.remove(w)
+        for slot, w in list(self.slots.items()):
+            if w.poll() is not None:
                 self.done.append(w)
-                self.stopping.remove(w)
-            for slot, w in list(self.slots.items()):
-                if w.poll() is not None:
-                    self.done.append(w)
-                    died = {"slot": slot, "gen": w.gen, "returncode": w.returncode, "log": w.log_path}
-                    self.unexpected_exits.append(died)
-                    self.start(slot)
+                died = {"slot": slot, "gen": w.gen, "returncode": w.returncode, "log": w.log_path}
+                self.unexpected_exits.append(died)
+                self.start(slot)
 
     def chaos_once(self, rng: random.Random) -> dict | None:
-        with self.lock:
-            killable = [s for s in self.slots if s != 0]
-            if not killable:
-                return None
-            slot = rng.choice(killable)
-            w = self.slots.pop(slot)
-            sig = signal.SIGKILL if rng.random() < 0.8 else signal.SIGTERM
-            w.send_signal(sig)
-            w.signal_sent = sig.name
-            self.kills[sig.name] += 1
-            if sig == signal.SIGKILL:
-                w.wait()
-                self.done.append(w)
-            else:
-                self.stopping.append(w)
-            new = self.start(slot)
-            return dict(t=round(now() - self.t0, 1), slot=slot, signal=sig.name, pid=w.pid, new_pid=new.pid)
+        killable = [s for s in self.slots if s != 0]
+        if not killable:
+            return None
+        slot = rng.choice(killable)
+        w = self.slots.pop(slot)
+        sig = signal.SIGKILL if rng.random() < 0.8 else signal.SIGTERM
+        w.send_signal(sig)
+        w.signal_sent = sig.name
+        self.kills[sig.name] += 1
+        if sig == signal.SIGKILL:
+            w.wait()
+            self.done.append(w)
+        else:
+            self.stopping.append(w)
+        new = self.start(slot)
+        return dict(t=round(now() - self.t0, 1), slot=slot, signal=sig.name, pid=w.pid, new_pid=new.pid)
 
     def stop_all(self, timeout: float) -> None:
-        with self.lock:
-            procs = list(self.slots.values())
-            for w in procs:
-                w.signal_sent = w.signal_sent or "SIGTERM(final)"
-                w.terminate()
-            deadline = now() + timeout
-            for w in procs + self.stopping:
-                try:
-                    w.wait(timeout=max(deadline - now(), 0.1))
-                except subprocess.TimeoutExpired:
-                    w.kill()
-                    w.wait()
-                    w.signal_sent = "SIGKILL(final, did not stop)"
-                self.done.append(w)
-            self.slots.clear()
-            self.stopping.clear()
+        procs = list(self.slots.values())
+        for w in procs:
+            w.signal_sent = w.signal_sent or "SIGTERM(final)"
+            w.terminate()
+        deadline = now() + timeout
+        for w in procs + self.stopping:
+            try:
+                w.wait(timeout=max(deadline - now(), 0.1))
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait()
+                w.signal_sent = "SIGKILL(final, did not stop)"
+            self.done.append(w)
+        self.slots.clear()
+        self.stopping.clear()
 
     def live(self) -> list[WorkerProc]:
-        with self.lock:
-            return list(self.slots.values()) + list(self.stopping)
+        return list(self.slots.values()) + list(self.stopping)
 
 
 class Probe:

@@ -82,17 +82,17 @@ def bare_loop(dsn: str, jobs: int, ended) -> None:
         ended()
 
 
-def drain(dsn: str, jobs: int, settings: dict | str | None = None) -> dict:
-    """One Worker, built as cmd_worker builds it, drains the backlog (settings "bare": bare_loop;
+def drain(dsn: str, jobs: int, variant: str | None = None) -> dict:
+    """One Worker, built as cmd_worker builds it, drains the backlog (variant "bare": bare_loop;
     "asyncio": an AsyncWorker with an async def no-op handler, its defaults otherwise)."""
-    if settings == "asyncio":
+    if variant == "asyncio":
         from pyqueue_sql.aio import AsyncWorker
 
-        worker = AsyncWorker(dsn, concurrency=CONCURRENCY)
-        worker.add_handler(QUEUE, _async_noop, None, retry=RetryPolicy(), timeout=None)
-    elif settings != "bare":
-        worker = Worker(dsn, **{"concurrency": CONCURRENCY, **(settings or {})})
-        worker.add_handler(QUEUE, _noop, None, retry=RetryPolicy(), timeout=None)
+        worker, handler = AsyncWorker(dsn, concurrency=CONCURRENCY), _async_noop
+    elif variant != "bare":
+        worker, handler = Worker(dsn, concurrency=CONCURRENCY), _noop
+    if variant != "bare":
+        worker.add_handler(QUEUE, handler, None, retry=RetryPolicy(), timeout=None)
     counter = common.raw_connect("postgresql", dsn)
     cur = counter.cursor()
     seen: dict[str, dict[int, float]] = {"before": common.sessions_cpu(cur)}
@@ -106,11 +106,11 @@ def drain(dsn: str, jobs: int, settings: dict | str | None = None) -> dict:
                 return
 
     cpu0, t0 = common.own_cpu(), time.perf_counter()
-    if settings == "bare":
+    if variant == "bare":
         bare_loop(dsn, jobs, lambda: seen.update(after=common.sessions_cpu(cur)))
     else:
         threading.Thread(target=watch, daemon=True).start()
-        if settings == "asyncio":
+        if variant == "asyncio":
             import asyncio
 
             asyncio.run(worker.run(install_signals=False))
@@ -131,8 +131,8 @@ def main() -> None:
         ("--quick", False, "1 round of 2,000 jobs; writes to bench/results/"),
         ("--out", None, "directory of worker-cpu.md/.json (default bench/latest, --quick bench/results)"),
     )
-    variant_help = "a variant of the worker's settings, name=value[,name=value] (e.g. ack_interval=0.02)"
-    ap.add_argument("--variant", action="append", default=[], help=variant_help)
+    help = "bare: bare_loop, the floor; asyncio: AsyncWorker with an async def no-op"
+    ap.add_argument("--variant", action="append", default=[], choices=("bare", "asyncio"), help=help)
     args = ap.parse_args()
     common.exit_on_sigterm()
     if args.quick:
@@ -146,9 +146,8 @@ def main() -> None:
     logging.getLogger("pyqueue_sql").addHandler(handler)
     logging.getLogger("pyqueue_sql").setLevel(logging.INFO)
     traced = tracing.api() is not None
-    settings_of: dict[str, dict | str] = {"as installed": {}, **({"no tracing": {}} if traced else {})}
-    for text in args.variant:
-        settings_of[text] = text if text in ("bare", "asyncio") else common.worker_settings(text)
+    settings_of: dict[str, str | None] = {"as installed": None, **({"no tracing": None} if traced else {})}
+    settings_of |= {text: text for text in args.variant}
     results: list[dict] = []
     meta = dict(command=common.command(), started=common.now_utc(), load_before=common.loadavg())
     meta |= dict(rounds=args.rounds, jobs=args.jobs)
@@ -161,7 +160,7 @@ def main() -> None:
                 serial += args.jobs
                 tracing._api = False if variant == "no tracing" else None
                 try:
-                    r = drain(dsn, args.jobs, settings=settings_of[variant] or None)
+                    r = drain(dsn, args.jobs, settings_of[variant])
                 finally:
                     tracing._api = None
                 results.append({"round": rnd + 1, "variant": variant, **r})

@@ -60,18 +60,18 @@ async def nap(job=None, **_) -> None:
         await asyncio.sleep(SLEEP_S)
 
 
-def pyqueue_work(dsn: str, concurrency: int, settings: dict | None = None, threads: bool = True) -> None:
-    """Worker (threads, a def handler) or AsyncWorker (an async def one), with a --variant's settings."""
+def pyqueue_work(dsn: str, concurrency: int, threads: bool = True) -> None:
+    """Worker (threads, a def handler) or AsyncWorker (an async def one)."""
     from pyqueue_sql.aio import AsyncWorker
 
-    worker = (Worker if threads else AsyncWorker)(dsn, **{"concurrency": concurrency, **(settings or {})})
+    worker = (Worker if threads else AsyncWorker)(dsn, concurrency=concurrency)
     worker.handler(QUEUE)(plain if threads else nap)
     _ready()
     worker.run() if threads else asyncio.run(worker.run())
 
 
-# -- `pyqueue-sql worker bench.peers.py_workers:plain|app` (bench/README.md, Tasks): imported by the
-# CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its worker.
+# -- `pyqueue-sql worker bench.peers.py_workers:plain|app|batch_app` (bench/README.md, Burn-down): imported
+# by the CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its worker.
 
 
 def _app():
@@ -292,7 +292,7 @@ def pyqueue_enqueue(dsn: str, jobs: int) -> None:
     common.push_jobs(dsn, jobs, queue=QUEUE, feature=os.environ.get("BENCH_FEATURE", "plain"))
 
 
-SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency[, settings]))
+SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency))
     "pyqueue-async": (pyqueue_install, pyqueue_enqueue, functools.partial(pyqueue_work, threads=False)),
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_work),
     "pyqueue-cli": (pyqueue_install, pyqueue_enqueue, None),
@@ -314,7 +314,6 @@ def main() -> None:
     ap.add_argument("system", choices=sorted(SYSTEMS))
     ap.add_argument("dsn")
     ap.add_argument("jobs", type=int, nargs="?", default=0)
-    ap.add_argument("--settings", type=json.loads, help="pyqueue-sql: the worker's settings, a JSON object")
     args = ap.parse_args()
     install, enqueue, work = SYSTEMS[args.system]
     SLEEP_S = args.sleep_ms / 1000
@@ -323,7 +322,7 @@ def main() -> None:
     elif args.action == "enqueue":
         enqueue(args.dsn, args.jobs)
     else:
-        work(args.dsn, args.concurrency, *((args.settings,) if args.settings else ()))
+        work(args.dsn, args.concurrency)
 
 
 if __name__ == "__main__":
