@@ -139,6 +139,7 @@ $$;
 CREATE OR REPLACE FUNCTION pyqueue__limit_free_slots(in_queue text, in_kind text, in_now timestamptz, in_n integer,
                                                      OUT o_slots tid[], OUT o_slow boolean)
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_cap    integer;
@@ -216,6 +217,7 @@ CREATE OR REPLACE FUNCTION pyqueue__limited_tids(in_queue text, in_now timestamp
                                                  in_kinds text[], in_from timestamptz, in_from_id bigint,
                                                  in_top integer, OUT o_tids tid[], OUT o_at timestamptz)
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_limited  text[];
