@@ -265,6 +265,7 @@ DECLARE
     v_lks    integer[];
     v_needs  integer[];
     v_tids   tid[];
+    v_gtids  tid[];
     v_short  text[];
     v_one    record;
 BEGIN
@@ -289,11 +290,13 @@ BEGIN
          WHERE u.k IS NOT NULL;
     END IF;
     IF v_limted IS NOT NULL THEN
-        -- the rows of the groups with a limit, in group order
-        PERFORM 1 FROM pyqueue_group g
-         WHERE g.queue_name::text = in_queue AND g.group_key::text = ANY (v_limted)
-         ORDER BY g.group_key::text
-           FOR UPDATE;
+        -- the rows of the groups with a limit, in group order, each found by its key (their ctids:
+        -- the later writes find them by those, a TID scan, not a read of every group of the queue)
+        SELECT pg_catalog.array_agg(l.tid) INTO v_gtids
+          FROM pg_catalog.unnest(v_limted) WITH ORDINALITY AS u (g, o)
+          CROSS JOIN LATERAL (SELECT g.ctid AS tid FROM pyqueue_group g
+                               WHERE g.queue_name::text = in_queue AND g.group_key::text = u.g
+                                 FOR UPDATE) l;
         -- the room each has: its limit less its live messages (a head another transaction is taking
         -- out and has not committed is still counted: never too low)
         SELECT pg_catalog.array_agg(GREATEST(u.k - coalesce(c.n, 0), 0) ORDER BY u.o) INTO v_needs
@@ -324,7 +327,7 @@ BEGIN
         END IF;
         -- each group row names its first head; an empty group's row goes
         DELETE FROM pyqueue_group g
-         WHERE g.queue_name::text = in_queue AND g.group_key::text = ANY (v_limted)
+         WHERE g.ctid = ANY (v_gtids)
            AND NOT EXISTS (SELECT 1 FROM pyqueue_message m
                             WHERE m.queue_name::text = in_queue AND m.group_key::text = g.group_key::text
                               AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00');
@@ -335,7 +338,7 @@ BEGIN
                                            AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00'
                                          ORDER BY m.scheduled_at_initially, m.id
                                          LIMIT 1)
-         WHERE g.queue_name::text = in_queue AND g.group_key::text = ANY (v_limted);
+         WHERE g.ctid = ANY (v_gtids);
         IF v_tids IS NOT NULL THEN
             PERFORM pyqueue__notify(in_queue);  -- wakeup: a new head is ready now or due later
         END IF;
