@@ -227,8 +227,12 @@ $$;
 -- a reservation whose token no longer holds is skipped (not counted).
 -- Refuses, changing nothing, arrays that are NULL, not one-dimensional, of
 -- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
--- a NULL or malformed token (text or uuid elements). Locks: the deleted rows, in key order (the order queue_drop
--- locks them in, so the two cannot deadlock).
+-- a NULL or malformed token (text or uuid elements). Each message as
+-- queue_commit (history and result rows, a group's next message, a
+-- schedule's next occurrence): a batch with an occurrence element by element,
+-- else one statement a step for the whole batch (pyqueue__commit_held).
+-- Locks: the deleted rows, in key order (the order queue_drop
+-- locks them in, so the two cannot deadlock), then as pyqueue__commit_held.
 CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens text[])
 RETURNS integer
 LANGUAGE plpgsql
