@@ -309,8 +309,8 @@ BEGIN
                         IF v_isslow THEN
                             v_slow := pg_catalog.array_append(v_slow, v_kind);
                         ELSE
-                            v_fkind := v_fkind || pg_catalog.array_fill(v_kind, ARRAY[pg_catalog.cardinality(v_locked)]);
-                            v_fslot := v_fslot || v_locked;
+                            v_fkind := pg_catalog.array_cat(v_fkind, pg_catalog.array_fill(v_kind, ARRAY[pg_catalog.cardinality(v_locked)]));
+                            v_fslot := pg_catalog.array_cat(v_fslot, v_locked);
                             v_lkinds := pg_catalog.array_append(v_lkinds, v_kind);
                         END IF;
                     END IF;
@@ -327,13 +327,14 @@ BEGIN
                     -- own ordering: this runs under pyqueue__ready_tids's enable_sort = off)
                     FOR v_kind IN SELECT DISTINCT u.kd FROM ROWS FROM (pg_catalog.unnest(c_kind), pg_catalog.unnest(c_att)) AS u (kd, a)
                                    WHERE u.kd = ANY (v_limited) AND u.a < v_max LOOP
-                        SELECT v_hid || pg_catalog.array_agg(u.id ORDER BY u.o), v_hkey || pg_catalog.array_agg(u.k ORDER BY u.o),
-                               v_hatt || pg_catalog.array_agg(u.a + 1 ORDER BY u.o), pg_catalog.count(*)::integer
+                        SELECT pg_catalog.array_cat(v_hid, pg_catalog.array_agg(u.id ORDER BY u.o)),
+                               pg_catalog.array_cat(v_hkey, pg_catalog.array_agg(u.k ORDER BY u.o)),
+                               pg_catalog.array_cat(v_hatt, pg_catalog.array_agg(u.a + 1 ORDER BY u.o)), pg_catalog.count(*)::integer
                           INTO v_hid, v_hkey, v_hatt, v_f
                           FROM ROWS FROM (pg_catalog.unnest(c_id), pg_catalog.unnest(c_key), pg_catalog.unnest(c_kind),
                                           pg_catalog.unnest(c_att)) WITH ORDINALITY AS u (id, k, kd, a, o)
                          WHERE u.kd = v_kind AND u.a < v_max;
-                        SELECT v_hslot || (pg_catalog.array_agg(w.tid ORDER BY w.o))[1:v_f],
+                        SELECT pg_catalog.array_cat(v_hslot, (pg_catalog.array_agg(w.tid ORDER BY w.o))[1:v_f]),
                                pg_catalog.array_agg(w.o ORDER BY w.o)
                           INTO v_hslot, v_fpos
                           FROM ROWS FROM (pg_catalog.unnest(v_fkind), pg_catalog.unnest(v_fslot)) WITH ORDINALITY AS w (kd, tid, o)
@@ -342,10 +343,10 @@ BEGIN
                             v_fkind[v_fpos[v_j]] := NULL;
                         END LOOP;
                     END LOOP;
-                    v_taken := v_taken || ARRAY(SELECT u.id FROM ROWS FROM (pg_catalog.unnest(c_id), pg_catalog.unnest(c_att)) AS u (id, a)
-                                                 WHERE u.a < v_max);
-                    v_seen := v_seen || c_id;
-                    o_tids := coalesce(o_tids, '{}') || c_tid;
+                    v_taken := pg_catalog.array_cat(v_taken, ARRAY(SELECT u.id FROM ROWS FROM (pg_catalog.unnest(c_id), pg_catalog.unnest(c_att)) AS u (id, a)
+                                                                     WHERE u.a < v_max));
+                    v_seen := pg_catalog.array_cat(v_seen, c_id);
+                    o_tids := pg_catalog.array_cat(o_tids, c_tid);
                     v_left := v_left - pg_catalog.cardinality(c_tid);
                     EXIT;  -- nothing held back: the next priority
                 END IF;
@@ -381,7 +382,7 @@ BEGIN
                     -- the rates' free units, found once a pass (see "Cost" above)
                     IF v_i IS NOT NULL AND r.p_kind::text <> ALL (v_rkinds) THEN
                         SELECT v_ukind || pg_catalog.array_fill(r.p_kind::text, ARRAY[pg_catalog.count(*)::integer]),
-                               v_uslot || coalesce(pg_catalog.array_agg(u.tid ORDER BY u.slot_no), '{}')
+                               pg_catalog.array_cat(v_uslot, coalesce(pg_catalog.array_agg(u.tid ORDER BY u.slot_no), '{}'))
                           INTO v_ukind, v_uslot
                           FROM (SELECT s.slot_no, s.ctid AS tid FROM pyqueue_rate_slot s
                                  WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
@@ -392,7 +393,7 @@ BEGIN
                     END IF;
                     IF v_wide IS NOT NULL AND ''::text <> ALL (v_rkinds) THEN
                         SELECT v_ukind || pg_catalog.array_fill(''::text, ARRAY[pg_catalog.count(*)::integer]),
-                               v_uslot || coalesce(pg_catalog.array_agg(u.tid ORDER BY u.slot_no), '{}')
+                               pg_catalog.array_cat(v_uslot, coalesce(pg_catalog.array_agg(u.tid ORDER BY u.slot_no), '{}'))
                           INTO v_ukind, v_uslot
                           FROM (SELECT s.slot_no, s.ctid AS tid FROM pyqueue_rate_slot s
                                  WHERE s.queue_name::text = in_queue AND s.p_kind::text = ''::text
@@ -426,8 +427,8 @@ BEGIN
                             IF v_isslow THEN
                                 v_slow := pg_catalog.array_append(v_slow, r.p_kind::text);
                             ELSE
-                                v_fkind := v_fkind || pg_catalog.array_fill(r.p_kind::text, ARRAY[pg_catalog.cardinality(v_locked)]);
-                                v_fslot := v_fslot || v_locked;
+                                v_fkind := pg_catalog.array_cat(v_fkind, pg_catalog.array_fill(r.p_kind::text, ARRAY[pg_catalog.cardinality(v_locked)]));
+                                v_fslot := pg_catalog.array_cat(v_fslot, v_locked);
                                 v_lkinds := pg_catalog.array_append(v_lkinds, r.p_kind::text);
                             END IF;
                         END IF;
@@ -447,20 +448,20 @@ BEGIN
                             END IF;
                             v_fkind[v_f] := NULL;
                             -- its holder written at the pass's end, with the others (one UPDATE)
-                            v_hslot := v_hslot || v_fslot[v_f];
-                            v_hid := v_hid || r.id;
-                            v_hkey := v_hkey || r.p_key::text;
-                            v_hatt := v_hatt || (r.attempts + 1);
+                            v_hslot := pg_catalog.array_append(v_hslot, v_fslot[v_f]);
+                            v_hid := pg_catalog.array_append(v_hid, r.id);
+                            v_hkey := pg_catalog.array_append(v_hkey, r.p_key::text);
+                            v_hatt := pg_catalog.array_append(v_hatt, r.attempts + 1);
                         END IF;
                     END IF;
                     -- the units taken: used_at written at the pass's end, with the others (one UPDATE)
                     IF v_kslot IS NOT NULL THEN
                         v_ukind[v_j] := NULL;
-                        v_tslot := v_tslot || v_kslot;
+                        v_tslot := pg_catalog.array_append(v_tslot, v_kslot);
                     END IF;
                     IF v_wslot IS NOT NULL THEN
                         v_ukind[v_k] := NULL;
-                        v_tslot := v_tslot || v_wslot;
+                        v_tslot := pg_catalog.array_append(v_tslot, v_wslot);
                     END IF;
                     v_taken := pg_catalog.array_append(v_taken, r.id);
                 END IF;
