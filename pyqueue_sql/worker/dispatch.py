@@ -425,12 +425,14 @@ class ReserveLoop:
         back)."""
         seen = held.settles.done
         busy = held.settles.owed > 0 or bool(self.worker._jobs())
-        if held.settles.count == held.mark or held.deferred:
+        wait = held.settles.count == held.mark or held.deferred
+        if wait:
             timeout = min(
                 HELD_MAX if busy else held.wait, self.idle_timeout(self.settings.poll_min, None, None)[0]
             )
             yield from self.wait_steps(timeout, seen, True)
-        held.waited(settled=held.settles.done != seen)
+        # no wait (its own settles since the last reserve) is no wait that none of them ended: no probe
+        held.waited(settled=not wait or held.settles.done != seen)
 
     def max_jobs_steps(self):
         """The worker took its max_jobs messages: it takes no more, waits for them to end, then

@@ -104,6 +104,7 @@ DROP TABLE IF EXISTS pyqueue_binding;
 -- ==== fast paths ====
 DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], text[]);
 DROP FUNCTION IF EXISTS queue_commit_batch(text, text[], text[], anycompatible);  -- installs of earlier versions
+DROP FUNCTION IF EXISTS pyqueue__commit_held(pyqueue_queue, text[], text[], uuid[]);
 DROP FUNCTION IF EXISTS pyqueue__delete_held(text, text[], text[], uuid[]);
 DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, uuid, text, interval, integer, text[]);
 DROP FUNCTION IF EXISTS queue_commit_reserve(text, text, text, text, text, interval, integer, text[]);
@@ -190,6 +191,7 @@ DROP FUNCTION IF EXISTS pyqueue__cron_field(text, text, integer, integer);
 DROP FUNCTION IF EXISTS pyqueue__check_worker(bigint, uuid);
 DROP FUNCTION IF EXISTS pyqueue__limit_renew(text, text, text, uuid);
 DROP FUNCTION IF EXISTS pyqueue__limited_tids(text, timestamptz, integer, text[], timestamptz, bigint, integer);
+DROP FUNCTION IF EXISTS pyqueue__limit_free_slots(text, text, timestamptz, integer);
 DROP FUNCTION IF EXISTS pyqueue__rate_slot(text, text, interval, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__limit_claim(text, text, bigint, text, integer, timestamptz, bigint[]);
 DROP FUNCTION IF EXISTS pyqueue__slot_held(text, text, text, bigint, integer, timestamptz);

@@ -283,3 +283,42 @@ def test_commit_reserve_respects_a_concurrency_limit(queue):
         _, next_one = queue.commit_reserve(None, n=5)
     assert len(next_one) == 1
     assert queue.stats().reserved == 2
+
+
+@pytest.mark.parametrize("k", [None, 2])
+def test_commit_many_of_group_heads_hands_each_group_its_next(make_queue, k):
+    q = make_queue()
+    if k is not None:
+        q.set_group_limit(None, k)
+    for g in ("a", "b"):
+        for i in range(5):
+            assert q.push(f"{g}{i}", "kind", {}, group=g)
+    heads = q.reserve(n=10)
+    assert sorted(r.key for r in heads) == sorted(f"{g}{i}" for g in "ab" for i in range(k or 1))
+    assert q.commit_many(heads) == len(heads)
+    # the next k (or 1) of each group, in push order, and no more
+    nxt = q.reserve(n=10)
+    assert sorted(r.key for r in nxt) == sorted(f"{g}{i}" for g in "ab" for i in range(k or 1, 2 * (k or 1)))
+    assert q.commit_many(nxt[:1]) == 1  # one head of one group leaves: one more of that group only
+    (one,) = q.reserve(n=10)
+    assert one.key[0] == nxt[0].key[0] and int(one.key[1:]) == 2 * (k or 1)
+    assert q.commit_many([*nxt[1:], one]) == len(nxt)
+    left = q.reserve(n=10)
+    assert q.commit_many(left) == len(left)
+    while got := q.reserve(n=10):
+        assert q.commit_many(got) == len(got)
+    stats = q.stats()
+    assert (stats.ready, stats.reserved) == (0, 0)
+
+
+def test_commit_many_records_each_result(make_queue):
+    q = make_queue()
+    q.set_result_retention(3600)
+    for i in range(3):
+        assert q.push(f"k{i}", "kind", {"i": i})
+    held = q.reserve(n=3)
+    assert q.commit_many(held) == 3
+    assert [(q.result(f"k{i}", "kind").state, q.result(f"k{i}", "kind").attempts) for i in range(3)] == [
+        ("succeeded", 1)
+    ] * 3
+    assert q.commit_many(held) == 0  # committed already: nothing more recorded

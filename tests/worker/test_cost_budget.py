@@ -18,6 +18,7 @@ import uuid
 
 import pytest
 
+import pyqueue_sql
 from pyqueue_sql import Worker
 
 from ..helpers import wait_for
@@ -170,3 +171,51 @@ def test_a_reserve_s_server_work_a_message_with_each_feature(db, dialect, featur
         assert work <= PG_BUFFERS_PER_MESSAGE[feature], (feature, work)
     else:
         assert work <= MY_ROWS_PER_MESSAGE[feature], (feature, work)
+
+
+# The routines' own calls a message, PostgreSQL (track_functions = all, one call in a session of
+# its own: pg_stat_xact_user_functions counts the functions that call ran, nested ones included).
+# A reserve of 64 from a backlog and the commit of those 64 in one queue_commit_batch, as the
+# worker's completer sends them, after a first such round (a limit's slots then name holders that
+# have ended: each is read to find it free). Plain: a few calls for the whole batch, about 0.2 a message.
+# Each feature is held to about the same: a call a message (a queue_commit each on a queue that
+# keeps history or results or has FIFO groups, 6 to 9 nested calls a message; a limited kind's
+# slot holder checked by a call a slot, twice) fails here. The budgets are 0.5: room for a
+# call or two more a batch, not one a message.
+PG_CALLS_PER_MESSAGE = {feature: 0.5 for feature in FEATURES}
+
+
+def _calls_of(dsn: str, sql: str, params: tuple):
+    """(the call's rows, the functions it ran: calls, nested ones included), in a fresh session."""
+    with pyqueue_sql.connect(dsn) as own:
+        cur = own.connection.cursor()
+        cur.execute("SET track_functions = 'all'")
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+        cur.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions")
+        calls = cur.fetchone()[0]
+        own.connection.commit()
+    return rows, calls
+
+
+@pytest.mark.parametrize("feature", FEATURES)
+def test_a_reserve_and_its_batch_commit_call_no_routine_a_message(dsn, db, dialect, feature):
+    if dialect != "postgresql":
+        pytest.skip("PostgreSQL's function statistics")
+    queue = set_up(db, feature, BACKLOG)
+    # the steady state: a round reserved and committed first (a limit's slots then hold ended holders)
+    queue.commit_many(queue.reserve(n=64, timeout=60))
+    rows, reserve_calls = _calls_of(
+        dsn,
+        "SELECT p_key, p_kind, token::text FROM queue_reserve(%s, 'w', interval '60 s', 64)",
+        (queue.name,),
+    )
+    assert len(rows) == 64
+    [(committed,)], commit_calls = _calls_of(
+        dsn,
+        "SELECT queue_commit_batch(%s, %s, %s, %s)",
+        (queue.name, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
+    )
+    assert committed == 64
+    assert reserve_calls / 64 <= PG_CALLS_PER_MESSAGE[feature], (feature, "reserve", reserve_calls)
+    assert commit_calls / 64 <= PG_CALLS_PER_MESSAGE[feature], (feature, "commit", commit_calls)

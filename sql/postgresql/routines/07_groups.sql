@@ -239,15 +239,123 @@ $$;
 
 -- pyqueue__groups_settle: pyqueue__group_settle(in_head_left) for every
 -- group of in_groups (NULL elements and repeats ignored), in group_key
--- order. For the routines that remove many messages at once.
+-- order. For the routines that remove many messages at once (a pop, a
+-- batch commit). The groups that have a group limit (their own, else the
+-- queue's default) settle together, each step one statement for all of
+-- them instead of a call each (pyqueue__group_settle_k's steps): their
+-- rows locked in group order, their live messages counted, the first
+-- blocked ones each still has room for locked (in (scheduled_at_initially,
+-- id) order) and made heads (due at their run time or now, whichever is
+-- later), then each group row names its first head, or goes when the group
+-- is empty; one wakeup when a head was added. A group for which fewer
+-- blocked messages were locked than it has room for (one deleted while the
+-- lock waited for it) settles again alone (pyqueue__group_settle_k reads
+-- anew). Groups without a limit settle one by one, as before. Locks: the
+-- group rows in group order, then the messages made heads.
 CREATE OR REPLACE FUNCTION pyqueue__groups_settle(in_queue text, in_groups text[], in_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
-    v_group text;
+    v_group  text;
+    v_each   text[];  -- the distinct groups, in group order
+    v_ks     integer[];  -- each one's limit (NULL: none)
+    v_limted text[];
+    v_lks    integer[];
+    v_needs  integer[];
+    v_tids   tid[];
+    v_gtids  tid[];
+    v_short  text[];
+    v_one    record;
 BEGIN
-    FOR v_group IN SELECT DISTINCT g FROM pg_catalog.unnest(in_groups) AS u (g) WHERE g IS NOT NULL ORDER BY g LOOP
+    SELECT pg_catalog.array_agg(d.g ORDER BY d.g) INTO v_each
+      FROM (SELECT DISTINCT u.g FROM pg_catalog.unnest(in_groups) AS u (g) WHERE u.g IS NOT NULL) d;
+    IF v_each IS NULL THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pyqueue_group_limit l WHERE l.queue_name::text = in_queue) THEN
+        -- each group's limit: its own row, else the queue's default ('')
+        SELECT pg_catalog.array_agg(
+                   (SELECT l.k FROM pyqueue_group_limit l
+                     WHERE l.queue_name::text = in_queue AND (l.group_key::text = u.g OR l.group_key::text = ''::text)
+                     ORDER BY l.group_key::text = ''::text
+                     LIMIT 1) ORDER BY u.o)
+          INTO v_ks
+          FROM pg_catalog.unnest(v_each) WITH ORDINALITY AS u (g, o);
+    END IF;
+    IF v_ks IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(u.g ORDER BY u.o), pg_catalog.array_agg(u.k ORDER BY u.o) INTO v_limted, v_lks
+          FROM ROWS FROM (pg_catalog.unnest(v_each), pg_catalog.unnest(v_ks)) WITH ORDINALITY AS u (g, k, o)
+         WHERE u.k IS NOT NULL;
+    END IF;
+    IF v_limted IS NOT NULL THEN
+        -- the rows of the groups with a limit, in group order, each found by its key (their ctids:
+        -- the later writes find them by those, a TID scan, not a read of every group of the queue)
+        SELECT pg_catalog.array_agg(l.tid) INTO v_gtids
+          FROM pg_catalog.unnest(v_limted) WITH ORDINALITY AS u (g, o)
+          CROSS JOIN LATERAL (SELECT g.ctid AS tid FROM pyqueue_group g
+                               WHERE g.queue_name::text = in_queue AND g.group_key::text = u.g
+                                 FOR UPDATE) l;
+        -- the room each has: its limit less its live messages (a head another transaction is taking
+        -- out and has not committed is still counted: never too low)
+        SELECT pg_catalog.array_agg(GREATEST(u.k - coalesce(c.n, 0), 0) ORDER BY u.o) INTO v_needs
+          FROM ROWS FROM (pg_catalog.unnest(v_limted), pg_catalog.unnest(v_lks)) WITH ORDINALITY AS u (g, k, o)
+          LEFT JOIN LATERAL (SELECT pg_catalog.count(*)::integer AS n
+                               FROM pyqueue_message m
+                              WHERE m.queue_name::text = in_queue AND m.group_key::text = u.g
+                                AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00') c ON true;
+        -- the first blocked messages of each, as many as its room, locked
+        SELECT pg_catalog.array_agg(b.tid),
+               pg_catalog.array_agg(DISTINCT b.g) FILTER (WHERE b.short)
+          INTO v_tids, v_short
+          FROM (SELECT x.g, x.tid, pg_catalog.count(*) OVER (PARTITION BY x.g) < x.need AS short
+                  FROM (SELECT u.g, u.need, f.tid
+                          FROM ROWS FROM (pg_catalog.unnest(v_limted), pg_catalog.unnest(v_needs)) AS u (g, need)
+                          CROSS JOIN LATERAL (SELECT m.ctid AS tid
+                                                FROM pyqueue_message m
+                                               WHERE m.queue_name::text = in_queue AND m.group_key::text = u.g
+                                                 AND m.scheduled_at = pyqueue__blocked_at()
+                                               ORDER BY m.scheduled_at_initially, m.id
+                                               LIMIT u.need
+                                                 FOR UPDATE) f
+                         WHERE u.need > 0) x) b;
+        IF v_tids IS NOT NULL THEN
+            UPDATE pyqueue_message m
+               SET scheduled_at = GREATEST(m.scheduled_at_initially, in_now)
+             WHERE m.ctid = ANY (v_tids) AND m.scheduled_at = pyqueue__blocked_at();
+        END IF;
+        -- each group row names its first head; an empty group's row goes
+        DELETE FROM pyqueue_group g
+         WHERE g.ctid = ANY (v_gtids)
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                            WHERE m.queue_name::text = in_queue AND m.group_key::text = g.group_key::text
+                              AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00');
+        UPDATE pyqueue_group g
+           SET (head_key, head_kind) = (SELECT m.p_key, m.p_kind
+                                          FROM pyqueue_message m
+                                         WHERE m.queue_name::text = in_queue AND m.group_key::text = g.group_key::text
+                                           AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00'
+                                         ORDER BY m.scheduled_at_initially, m.id
+                                         LIMIT 1)
+         WHERE g.ctid = ANY (v_gtids);
+        IF v_tids IS NOT NULL THEN
+            PERFORM pyqueue__notify(in_queue);  -- wakeup: a new head is ready now or due later
+        END IF;
+        -- a group whose blocked messages were fewer than its room when locked: settled again, alone
+        FOR v_one IN SELECT u.g, u.k
+                       FROM ROWS FROM (pg_catalog.unnest(v_limted), pg_catalog.unnest(v_lks)) AS u (g, k)
+                      WHERE u.g = ANY (coalesce(v_short, '{}'))
+                      ORDER BY u.g LOOP
+            IF EXISTS (SELECT 1 FROM pyqueue_message m
+                        WHERE m.queue_name::text = in_queue AND m.group_key::text = v_one.g
+                          AND m.scheduled_at = pyqueue__blocked_at()) THEN
+                PERFORM pyqueue__group_settle_k(in_queue, v_one.g, in_now, true, v_one.k);
+            END IF;
+        END LOOP;
+    END IF;
+    FOR v_group IN SELECT u.g FROM pg_catalog.unnest(v_each) AS u (g)
+                    WHERE u.g <> ALL (coalesce(v_limted, '{}')) ORDER BY u.g LOOP
         PERFORM pyqueue__group_settle(in_queue, v_group, in_now, true);
     END LOOP;
 END;

@@ -39,6 +39,89 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__commit_held: queue_commit_batch's set-based step for a queue that
+-- keeps history or results or has FIFO groups (no occurrences of a schedule
+-- in the batch): what queue_commit does for each element, a statement for
+-- the whole batch instead of a call each. One DELETE of the held messages
+-- (found by key, in key order, as pyqueue__delete_held), whose rows feed
+-- the history rows ('committed') and the result rows ('succeeded', no
+-- result) in the same statement; then each result announced on the result
+-- channel, the groups of the heads that left settled once each, in group
+-- order (pyqueue__groups_settle, as a pop), and, on a queue that keeps
+-- results, the messages that wait for one of them (pyqueue__deps_left,
+-- after one probe of pyqueue_dependency for the batch, in a statement
+-- after the DELETE, as queue_commit's). Returns how many were deleted.
+-- Locks: the deleted rows in key order, then their history and result
+-- rows, then each group's row in group order (messages before group rows,
+-- as in every routine).
+CREATE OR REPLACE FUNCTION pyqueue__commit_held(in_queue pyqueue_queue, in_keys text[], in_kinds text[],
+                                                in_tokens uuid[])
+RETURNS integer
+LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_q      text := in_queue.queue_name::text;
+    v_now    timestamptz := pg_catalog.clock_timestamp();
+    v_count  integer;
+    v_groups text[];
+    v_keys   text[];
+    v_kinds  text[];
+BEGIN
+    WITH gone AS (
+        DELETE FROM pyqueue_message m
+         USING (SELECT v_q AS q, u.k, u.kd, u.tk
+                  FROM ROWS FROM (pg_catalog.unnest(in_keys), pg_catalog.unnest(in_kinds), pg_catalog.unnest(in_tokens))
+                       AS u (k, kd, tk)
+                 ORDER BY u.k, u.kd) AS b
+         WHERE m.queue_name::text = b.q AND m.p_key::text = b.k AND m.p_kind::text = b.kd
+           AND m.reserve_token = b.tk
+        RETURNING m.*
+    ), archived AS (  -- as pyqueue__archive, for the whole set
+        INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                     created_at, processed_at, outcome, to_queue, reserved_by, last_error, headers)
+        SELECT in_queue.queue_name, g.p_key, g.p_kind, g.payload, g.priority, g.attempts, g.created_at,
+               v_now, 'committed', NULL, g.reserved_by, g.last_error, g.headers
+          FROM gone g WHERE in_queue.history_retention IS NOT NULL
+    ), recorded AS (  -- as pyqueue__record_result, for the whole set
+        INSERT INTO pyqueue_result AS r (queue_name, p_key, p_kind, state, result, last_error, attempts,
+                                         progress, finished_at)
+        SELECT in_queue.queue_name, g.p_key, g.p_kind, 'succeeded', NULL, NULL, g.attempts, g.progress, v_now
+          FROM gone g WHERE in_queue.result_retention IS NOT NULL
+        ON CONFLICT (queue_name, p_key, p_kind) DO UPDATE
+           SET state = EXCLUDED.state, result = EXCLUDED.result, last_error = EXCLUDED.last_error,
+               attempts = EXCLUDED.attempts, progress = EXCLUDED.progress, finished_at = EXCLUDED.finished_at
+    )
+    SELECT pg_catalog.count(*)::integer,
+           pg_catalog.array_agg(g.group_key::text) FILTER (WHERE g.group_key IS NOT NULL),
+           pg_catalog.array_agg(g.p_key::text ORDER BY g.p_key, g.p_kind),
+           pg_catalog.array_agg(g.p_kind::text ORDER BY g.p_key, g.p_kind)
+      INTO v_count, v_groups, v_keys, v_kinds
+      FROM gone g;
+    IF v_count = 0 THEN
+        RETURN 0;
+    END IF;
+    IF in_queue.result_retention IS NOT NULL THEN
+        PERFORM pyqueue__deps_read_committed();  -- children they may have are seen at READ COMMITTED only
+        PERFORM pyqueue__result_notify(v_q, u.k, u.kd, 'succeeded')
+           FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds)) AS u (k, kd);
+    END IF;
+    IF v_groups IS NOT NULL THEN
+        PERFORM pyqueue__groups_settle(v_q, v_groups, pg_catalog.clock_timestamp());
+    END IF;
+    IF in_queue.result_retention IS NOT NULL THEN  -- dependencies live in queues that keep results
+        PERFORM pyqueue__deps_left(v_q, w.k, w.kd, true, NULL)
+           FROM (SELECT u.k, u.kd, u.o
+                   FROM ROWS FROM (pg_catalog.unnest(v_keys), pg_catalog.unnest(v_kinds)) WITH ORDINALITY AS u (k, kd, o)
+                  WHERE EXISTS (SELECT 1 FROM pyqueue_dependency d
+                                 WHERE d.queue_name::text = v_q AND d.p_key::text = u.k AND d.p_kind::text = u.kd)
+                  ORDER BY u.o) AS w;
+    END IF;
+    RETURN v_count;
+END;
+$$;
+
 -- queue_commit_reserve: commits the previous reservation (in_key, in_kind,
 -- in_token; all three NULL = nothing to commit) and reserves the next up to
 -- in_n messages with queue_reserve's semantics (order, timeout, kinds,
@@ -144,8 +227,12 @@ $$;
 -- a reservation whose token no longer holds is skipped (not counted).
 -- Refuses, changing nothing, arrays that are NULL, not one-dimensional, of
 -- different lengths, or hold a NULL/empty/too long/space-ended key or kind or
--- a NULL or malformed token (text or uuid elements). Locks: the deleted rows, in key order (the order queue_drop
--- locks them in, so the two cannot deadlock).
+-- a NULL or malformed token (text or uuid elements). Each message as
+-- queue_commit (history and result rows, a group's next message, a
+-- schedule's next occurrence): a batch with an occurrence element by element,
+-- else one statement a step for the whole batch (pyqueue__commit_held).
+-- Locks: the deleted rows, in key order (the order queue_drop
+-- locks them in, so the two cannot deadlock), then as pyqueue__commit_held.
 CREATE OR REPLACE FUNCTION queue_commit_batch(in_queue text, in_keys text[], in_kinds text[], in_tokens text[])
 RETURNS integer
 LANGUAGE plpgsql
@@ -211,10 +298,8 @@ BEGIN
         RAISE EXCEPTION 'pyqueue:invalid_argument: element % of the batch has a NULL, empty, too long or space-ended p_key/p_kind or a NULL token', v_bad
             USING ERRCODE = '22023';
     END IF;
-    IF v_queue.history_retention IS NOT NULL OR v_queue.result_retention IS NOT NULL OR v_occurrence
-       OR EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
-        -- A queue that keeps history or results or has FIFO groups, or a
-        -- batch holding occurrences of a schedule: each element through
+    IF v_occurrence THEN
+        -- A batch holding occurrences of a schedule: each element through
         -- queue_commit (history and result rows, next occurrence, the next
         -- message of a group), in key order.
         FOR v_one IN SELECT b.k, b.kd, b.tk
@@ -226,6 +311,12 @@ BEGIN
             END IF;
         END LOOP;
         RETURN v_count;
+    END IF;
+    IF v_queue.history_retention IS NOT NULL OR v_queue.result_retention IS NOT NULL
+       OR EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name::text = in_queue) THEN
+        -- A queue that keeps history or results or has FIFO groups: queue_commit's steps, each one
+        -- statement for the batch (pyqueue__commit_held)
+        RETURN pyqueue__commit_held(v_queue, in_keys, in_kinds, v_tokens);
     END IF;
     RETURN pyqueue__delete_held(in_queue, in_keys, in_kinds, v_tokens);
 END;

@@ -124,6 +124,57 @@ BEGIN
 END;
 $$;
 
+-- pyqueue__limit_free_slots: for pyqueue__limited_tids, the slots of the
+-- limited kind (in_queue, in_kind) free at in_now, up to in_n of them, in
+-- slot order, locked: o_slots, their rows' ctids (valid while the caller
+-- holds the locks). The first slots within the capacity that look free (no
+-- holder, or one that no longer holds the reservation, as
+-- pyqueue__slot_held says, checked in the statement) are locked FOR UPDATE
+-- SKIP LOCKED (a busy or locked slot is left to its holder), then a
+-- statement after the locks keeps those whose holder still does not hold
+-- them (under READ COMMITTED, the latest holders). o_slow: the kind has
+-- slots above its capacity (a lowered limit whose holders still hold them):
+-- the caller claims its slots one candidate at a time (pyqueue__limit_claim);
+-- o_slots is then NULL. Never waits for a lock.
+CREATE OR REPLACE FUNCTION pyqueue__limit_free_slots(in_queue text, in_kind text, in_now timestamptz, in_n integer,
+                                                     OUT o_slots tid[], OUT o_slow boolean)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
+AS $$
+DECLARE
+    v_cap    integer;
+    v_locked integer[];
+BEGIN
+    SELECT l.capacity INTO v_cap FROM pyqueue_limit l WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind;
+    SELECT pg_catalog.array_agg(x.slot_no) INTO v_locked
+      FROM (SELECT f.slot_no FROM pyqueue_limit_slot f
+             WHERE f.queue_name::text = in_queue AND f.p_kind::text = in_kind AND f.slot_no <= v_cap
+               AND (f.msg_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM pyqueue_message h
+                                    WHERE h.queue_name::text = in_queue AND h.p_key::text = f.msg_key::text
+                                      AND h.p_kind::text = in_kind AND h.id = f.msg_id AND h.attempts = f.msg_attempts
+                                      AND h.reserve_token IS NOT NULL AND h.scheduled_at > in_now))
+             ORDER BY f.slot_no
+             LIMIT in_n
+               FOR UPDATE SKIP LOCKED) x;
+    o_slow := EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                       WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > v_cap);
+    IF o_slow THEN
+        RETURN;
+    END IF;
+    -- a statement after the locks: under READ COMMITTED the latest holders
+    SELECT coalesce(pg_catalog.array_agg(f.tid ORDER BY f.slot_no), '{}') INTO o_slots
+      FROM (SELECT s.slot_no, s.ctid AS tid FROM pyqueue_limit_slot s
+             WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no = ANY (v_locked)
+               AND (s.msg_id IS NULL
+                    OR NOT EXISTS (SELECT 1 FROM pyqueue_message h
+                                    WHERE h.queue_name::text = in_queue AND h.p_key::text = s.msg_key::text
+                                      AND h.p_kind::text = in_kind AND h.id = s.msg_id AND h.attempts = s.msg_attempts
+                                      AND h.reserve_token IS NOT NULL AND h.scheduled_at > in_now))
+             ORDER BY s.slot_no) f;
+END;
+$$;
+
 -- pyqueue__limited_tids: pyqueue__ready_tids for a queue that has
 -- concurrency limits or rate limits. Same order, locking and result (the
 -- ctids of the locked rows); a candidate of a limited kind is admitted
@@ -156,11 +207,17 @@ $$;
 -- capacity (a lowered limit whose holders still hold them) goes through
 -- pyqueue__limit_claim, one candidate at a time. So a pass reads each slot
 -- it uses once, not every busy slot before it for each candidate (a
--- reserve of 64 under a limit of 64 checked about 2,000 slots).
+-- reserve of 64 under a limit of 64 checked about 2,000 slots). On a queue
+-- without rates a step reads its candidates at once and, when no limit binds
+-- (each limited kind among them has a free slot for each of its
+-- candidates), takes them together, with no statement a candidate; the
+-- slots' holders and the units' times are written at the pass's end, one
+-- statement a table, by ctid (the rows are locked).
 CREATE OR REPLACE FUNCTION pyqueue__limited_tids(in_queue text, in_now timestamptz, in_n integer,
                                                  in_kinds text[], in_from timestamptz, in_from_id bigint,
                                                  in_top integer, OUT o_tids tid[], OUT o_at timestamptz)
 LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
 DECLARE
     v_limited  text[];
@@ -168,8 +225,8 @@ DECLARE
     v_pers     interval[]; -- ... and their per
     v_wide     interval;   -- per of the queue-wide rate (NULL: none)
     v_i        integer;
-    v_kslot    integer;
-    v_wslot    integer;
+    v_kslot    tid;
+    v_wslot    tid;
     v_stop     boolean := false;
     v_full     text[] := '{}';
     v_seen     bigint[] := '{}';
@@ -179,17 +236,31 @@ DECLARE
     v_left     integer := in_n;
     v_skipped  boolean;
     v_fkind    text[] := '{}';     -- free slots found this pass: the kind (NULL once taken) ...
-    v_fslot    integer[] := '{}';  -- ... and the slot
+    v_fslot    tid[] := '{}';      -- ... and the slot's row
     v_lkinds   text[] := '{}';     -- limited kinds whose slots were found (v_fkind)
     v_slow     text[] := '{}';     -- limited kinds with slots above the capacity: pyqueue__limit_claim
     v_ukind    text[] := '{}';     -- free rate units found this pass: the rate's kind (NULL once taken) ...
-    v_uslot    integer[] := '{}';  -- ... and the unit's slot
+    v_uslot    tid[] := '{}';      -- ... and the unit's row
     v_rkinds   text[] := '{}';     -- rates whose free units were found (v_ukind)
-    v_cap      integer;
     v_j        integer;
     v_k        integer;
     v_f        integer;
-    v_locked   integer[];
+    v_locked   tid[];
+    v_isslow   boolean;
+    v_hslot    tid[] := '{}';      -- the slots taken this pass, written at its end: the row, its holder
+    v_hid      bigint[] := '{}';
+    v_hkey     text[] := '{}';
+    v_hatt     integer[] := '{}';
+    v_tslot    tid[] := '{}';      -- the rate units taken this pass (rows), written at its end
+    v_norates  boolean;
+    v_ok       boolean;
+    v_kind     text;
+    c_tid      tid[];   -- the set-based step's candidates: rows, ids, keys, kinds, attempts
+    c_id       bigint[];
+    c_key      text[];
+    c_kind     text[];
+    c_att      integer[];
+    v_fpos     bigint[];
     r          record;
 BEGIN
     SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
@@ -203,10 +274,84 @@ BEGIN
         v_wide := v_pers[v_i];
     END IF;
     SELECT q.max_attempts INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
+    v_norates := pg_catalog.cardinality(v_rated) = 0;
     v_priority := in_top;
     WHILE v_priority IS NOT NULL AND v_left > 0 AND NOT v_stop LOOP
         LOOP
             v_skipped := false;
+            -- The set-based step (a queue without rates): the step's candidates read at once; when
+            -- each limited kind among them has a free slot for each of its candidates (the limits do
+            -- not bind), all are taken together, each such candidate the next free slot of its kind
+            -- in order. Otherwise (a limit binds, or a kind has slots above its capacity) the step
+            -- below takes the same candidates (locked now) one at a time.
+            IF v_norates THEN
+                SELECT pg_catalog.array_agg(x.ctid), pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.p_key::text),
+                       pg_catalog.array_agg(x.p_kind::text), pg_catalog.array_agg(x.attempts)
+                  INTO c_tid, c_id, c_key, c_kind, c_att
+                  FROM (SELECT m.ctid, m.id, m.p_key, m.p_kind, m.attempts
+                          FROM pyqueue_message m
+                         WHERE m.queue_name::text = in_queue
+                           AND m.priority = v_priority
+                           AND m.scheduled_at > '-infinity' AND (m.scheduled_at, m.id) >= (in_from, in_from_id)
+                           AND (m.scheduled_at, m.id) <= (in_now, 9223372036854775807)
+                           AND (in_kinds IS NULL OR m.p_kind::text = ANY (in_kinds))
+                           AND (m.p_kind::text <> ALL (v_full) OR m.attempts >= v_max)
+                           AND m.id <> ALL (v_seen)
+                         ORDER BY m.scheduled_at, m.id
+                         LIMIT v_left
+                           FOR UPDATE SKIP LOCKED) x;
+                v_ok := true;
+                FOR v_kind IN SELECT DISTINCT u.kd FROM ROWS FROM (pg_catalog.unnest(c_kind), pg_catalog.unnest(c_att)) AS u (kd, a)
+                               WHERE u.kd = ANY (v_limited) AND u.a < v_max LOOP
+                    IF v_kind <> ALL (v_lkinds) AND v_kind <> ALL (v_slow) THEN
+                        SELECT ls.o_slots, ls.o_slow INTO v_locked, v_isslow
+                          FROM pyqueue__limit_free_slots(in_queue, v_kind, in_now, v_left) ls;
+                        IF v_isslow THEN
+                            v_slow := pg_catalog.array_append(v_slow, v_kind);
+                        ELSE
+                            v_fkind := pg_catalog.array_cat(v_fkind, pg_catalog.array_fill(v_kind, ARRAY[pg_catalog.cardinality(v_locked)]));
+                            v_fslot := pg_catalog.array_cat(v_fslot, v_locked);
+                            v_lkinds := pg_catalog.array_append(v_lkinds, v_kind);
+                        END IF;
+                    END IF;
+                    IF v_kind = ANY (v_slow)
+                       OR (SELECT pg_catalog.count(*) FROM pg_catalog.unnest(v_fkind) AS u (kd) WHERE u.kd = v_kind)
+                          < (SELECT pg_catalog.count(*) FROM ROWS FROM (pg_catalog.unnest(c_kind), pg_catalog.unnest(c_att)) AS u (kd, a)
+                              WHERE u.kd = v_kind AND u.a < v_max) THEN
+                        v_ok := false;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                IF v_ok AND c_tid IS NOT NULL THEN
+                    -- each kind's candidates, in order, take its free slots, in order (aggregates'
+                    -- own ordering: this runs under pyqueue__ready_tids's enable_sort = off)
+                    FOR v_kind IN SELECT DISTINCT u.kd FROM ROWS FROM (pg_catalog.unnest(c_kind), pg_catalog.unnest(c_att)) AS u (kd, a)
+                                   WHERE u.kd = ANY (v_limited) AND u.a < v_max LOOP
+                        SELECT pg_catalog.array_cat(v_hid, pg_catalog.array_agg(u.id ORDER BY u.o)),
+                               pg_catalog.array_cat(v_hkey, pg_catalog.array_agg(u.k ORDER BY u.o)),
+                               pg_catalog.array_cat(v_hatt, pg_catalog.array_agg(u.a + 1 ORDER BY u.o)), pg_catalog.count(*)::integer
+                          INTO v_hid, v_hkey, v_hatt, v_f
+                          FROM ROWS FROM (pg_catalog.unnest(c_id), pg_catalog.unnest(c_key), pg_catalog.unnest(c_kind),
+                                          pg_catalog.unnest(c_att)) WITH ORDINALITY AS u (id, k, kd, a, o)
+                         WHERE u.kd = v_kind AND u.a < v_max;
+                        SELECT pg_catalog.array_cat(v_hslot, (pg_catalog.array_agg(w.tid ORDER BY w.o))[1:v_f]),
+                               pg_catalog.array_agg(w.o ORDER BY w.o)
+                          INTO v_hslot, v_fpos
+                          FROM ROWS FROM (pg_catalog.unnest(v_fkind), pg_catalog.unnest(v_fslot)) WITH ORDINALITY AS w (kd, tid, o)
+                         WHERE w.kd = v_kind;
+                        FOR v_j IN 1 .. v_f LOOP  -- those slots are taken
+                            v_fkind[v_fpos[v_j]] := NULL;
+                        END LOOP;
+                    END LOOP;
+                    v_taken := pg_catalog.array_cat(v_taken, ARRAY(SELECT u.id FROM ROWS FROM (pg_catalog.unnest(c_id), pg_catalog.unnest(c_att)) AS u (id, a)
+                                                                     WHERE u.a < v_max));
+                    v_seen := pg_catalog.array_cat(v_seen, c_id);
+                    o_tids := pg_catalog.array_cat(o_tids, c_tid);
+                    v_left := v_left - pg_catalog.cardinality(c_tid);
+                    EXIT;  -- nothing held back: the next priority
+                END IF;
+                EXIT WHEN c_tid IS NULL;  -- no candidate at this priority
+            END IF;
             FOR r IN
                 SELECT m.ctid, m.id, m.p_key, m.p_kind, m.attempts
                   FROM pyqueue_message m
@@ -237,9 +382,9 @@ BEGIN
                     -- the rates' free units, found once a pass (see "Cost" above)
                     IF v_i IS NOT NULL AND r.p_kind::text <> ALL (v_rkinds) THEN
                         SELECT v_ukind || pg_catalog.array_fill(r.p_kind::text, ARRAY[pg_catalog.count(*)::integer]),
-                               v_uslot || coalesce(pg_catalog.array_agg(u.slot_no ORDER BY u.slot_no), '{}')
+                               pg_catalog.array_cat(v_uslot, coalesce(pg_catalog.array_agg(u.tid ORDER BY u.slot_no), '{}'))
                           INTO v_ukind, v_uslot
-                          FROM (SELECT s.slot_no FROM pyqueue_rate_slot s
+                          FROM (SELECT s.slot_no, s.ctid AS tid FROM pyqueue_rate_slot s
                                  WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
                                    AND (s.used_at IS NULL OR s.used_at <= o_at - v_pers[v_i])
                                  ORDER BY s.slot_no LIMIT v_left
@@ -248,9 +393,9 @@ BEGIN
                     END IF;
                     IF v_wide IS NOT NULL AND ''::text <> ALL (v_rkinds) THEN
                         SELECT v_ukind || pg_catalog.array_fill(''::text, ARRAY[pg_catalog.count(*)::integer]),
-                               v_uslot || coalesce(pg_catalog.array_agg(u.slot_no ORDER BY u.slot_no), '{}')
+                               pg_catalog.array_cat(v_uslot, coalesce(pg_catalog.array_agg(u.tid ORDER BY u.slot_no), '{}'))
                           INTO v_ukind, v_uslot
-                          FROM (SELECT s.slot_no FROM pyqueue_rate_slot s
+                          FROM (SELECT s.slot_no, s.ctid AS tid FROM pyqueue_rate_slot s
                                  WHERE s.queue_name::text = in_queue AND s.p_kind::text = ''::text
                                    AND (s.used_at IS NULL OR s.used_at <= o_at - v_wide)
                                  ORDER BY s.slot_no LIMIT v_left
@@ -277,39 +422,13 @@ BEGIN
                     IF r.p_kind::text = ANY (v_limited) THEN
                         IF r.p_kind::text <> ALL (v_lkinds) AND r.p_kind::text <> ALL (v_slow) THEN
                             -- the kind's slots, found once a pass (see "Cost" above)
-                            SELECT l.capacity INTO v_cap
-                              FROM pyqueue_limit l
-                             WHERE l.queue_name::text = in_queue AND l.p_kind::text = r.p_kind::text;
-                            -- the slots that look free, read plainly, then locked (a busy slot is
-                            -- left to its holder's extend and settle)
-                            SELECT pg_catalog.array_agg(x.slot_no) INTO v_locked
-                              FROM (SELECT s.slot_no FROM pyqueue_limit_slot s
-                                     WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
-                                       AND s.slot_no = ANY (ARRAY(
-                                           SELECT f.slot_no FROM pyqueue_limit_slot f
-                                            WHERE f.queue_name::text = in_queue AND f.p_kind::text = r.p_kind::text
-                                              AND f.slot_no <= v_cap
-                                              AND (f.msg_id IS NULL
-                                                   OR NOT pyqueue__slot_held(in_queue, r.p_kind::text, f.msg_key::text,
-                                                                             f.msg_id, f.msg_attempts, in_now))))
-                                     ORDER BY s.slot_no
-                                       FOR UPDATE SKIP LOCKED) x;
-                            IF EXISTS (SELECT 1 FROM pyqueue_limit_slot s
-                                        WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
-                                          AND s.slot_no > v_cap) THEN
+                            SELECT ls.o_slots, ls.o_slow INTO v_locked, v_isslow
+                              FROM pyqueue__limit_free_slots(in_queue, r.p_kind::text, in_now, v_left) ls;
+                            IF v_isslow THEN
                                 v_slow := pg_catalog.array_append(v_slow, r.p_kind::text);
                             ELSE
-                                -- a statement after the locks: under READ COMMITTED the latest holders
-                                SELECT v_fkind || pg_catalog.array_fill(r.p_kind::text, ARRAY[pg_catalog.count(*)::integer]),
-                                       v_fslot || coalesce(pg_catalog.array_agg(f.slot_no ORDER BY f.slot_no), '{}')
-                                  INTO v_fkind, v_fslot
-                                  FROM (SELECT s.slot_no FROM pyqueue_limit_slot s
-                                         WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
-                                           AND s.slot_no = ANY (v_locked)
-                                           AND (s.msg_id IS NULL
-                                                OR NOT pyqueue__slot_held(in_queue, r.p_kind::text, s.msg_key::text,
-                                                                          s.msg_id, s.msg_attempts, in_now))
-                                         ORDER BY s.slot_no) f;
+                                v_fkind := pg_catalog.array_cat(v_fkind, pg_catalog.array_fill(r.p_kind::text, ARRAY[pg_catalog.cardinality(v_locked)]));
+                                v_fslot := pg_catalog.array_cat(v_fslot, v_locked);
                                 v_lkinds := pg_catalog.array_append(v_lkinds, r.p_kind::text);
                             END IF;
                         END IF;
@@ -328,22 +447,21 @@ BEGIN
                                 CONTINUE;
                             END IF;
                             v_fkind[v_f] := NULL;
-                            UPDATE pyqueue_limit_slot
-                               SET msg_id = r.id, msg_key = r.p_key, msg_attempts = r.attempts + 1
-                             WHERE queue_name::text = in_queue AND p_kind::text = r.p_kind::text
-                               AND slot_no = v_fslot[v_f];
+                            -- its holder written at the pass's end, with the others (one UPDATE)
+                            v_hslot := pg_catalog.array_append(v_hslot, v_fslot[v_f]);
+                            v_hid := pg_catalog.array_append(v_hid, r.id);
+                            v_hkey := pg_catalog.array_append(v_hkey, r.p_key::text);
+                            v_hatt := pg_catalog.array_append(v_hatt, r.attempts + 1);
                         END IF;
                     END IF;
+                    -- the units taken: used_at written at the pass's end, with the others (one UPDATE)
                     IF v_kslot IS NOT NULL THEN
                         v_ukind[v_j] := NULL;
-                        UPDATE pyqueue_rate_slot s SET used_at = o_at
-                         WHERE s.queue_name::text = in_queue AND s.p_kind::text = r.p_kind::text
-                           AND s.slot_no = v_kslot;
+                        v_tslot := pg_catalog.array_append(v_tslot, v_kslot);
                     END IF;
                     IF v_wslot IS NOT NULL THEN
                         v_ukind[v_k] := NULL;
-                        UPDATE pyqueue_rate_slot s SET used_at = o_at
-                         WHERE s.queue_name::text = in_queue AND s.p_kind::text = ''::text AND s.slot_no = v_wslot;
+                        v_tslot := pg_catalog.array_append(v_tslot, v_wslot);
                     END IF;
                     v_taken := pg_catalog.array_append(v_taken, r.id);
                 END IF;
@@ -357,6 +475,19 @@ BEGIN
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue AND m.priority < v_priority AND m.scheduled_at > '-infinity';
     END LOOP;
+    -- the pass's writes, one statement a table: the slots taken get their holders, the units
+    -- taken their time. Their rows are locked (by the reads above, which gave their ctids), so
+    -- each is found by its ctid (a TID scan, whatever the plan's estimates)
+    IF pg_catalog.cardinality(v_hslot) > 0 THEN
+        UPDATE pyqueue_limit_slot s
+           SET msg_id = v_hid[pg_catalog.array_position(v_hslot, s.ctid)],
+               msg_key = v_hkey[pg_catalog.array_position(v_hslot, s.ctid)],
+               msg_attempts = v_hatt[pg_catalog.array_position(v_hslot, s.ctid)]
+         WHERE s.ctid = ANY (v_hslot);
+    END IF;
+    IF pg_catalog.cardinality(v_tslot) > 0 THEN
+        UPDATE pyqueue_rate_slot s SET used_at = o_at WHERE s.ctid = ANY (v_tslot);
+    END IF;
 END;
 $$;
 
