@@ -108,6 +108,14 @@ class StatsRow(NamedTuple):
     paused: RowValue
 
 
+class KindStatsRow(NamedTuple):
+    queue: RowValue
+    kind: RowValue
+    ready: RowValue
+    delayed: RowValue
+    reserved: RowValue
+
+
 class PopRow(NamedTuple):
     p_key: RowValue
     p_kind: RowValue
@@ -354,6 +362,7 @@ DROP = Statement("drop", params=("queue",), returns=VALUE)
 PAUSE = Statement("pause", params=("queue",), returns=VALUE)
 RESUME = Statement("resume", params=("queue",), returns=VALUE)
 STATS = Statement("stats", params=("queue",), returns=StatsRow)
+KIND_STATS = Statement("kind_stats", params=("queue",), returns=KindStatsRow)
 
 # -- produce -----------------------------------------------------------------------------------
 PUSH = Statement("push", params=("queue", "key", "kind", "payload", "run_at", "priority"), returns=VALUE)

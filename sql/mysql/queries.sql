@@ -35,6 +35,9 @@ CALL queue_resume(%(queue)s)
 -- name: stats
 CALL queue_stats(%(queue)s)
 
+-- name: kind_stats
+CALL queue_kind_stats(%(queue)s)
+
 
 -- ==== produce ====
 -- Putting messages in.
