@@ -559,6 +559,8 @@ TEMPORARY_TABLE_GRANTEES = Statement("temporary_table_grantees", returns=Grantee
 ACCOUNT_ROLES = Statement("account_roles", returns=AccountRoleRow, only="mysql", positional=2)
 ACCOUNT_ROLES_MYSQL8 = Statement("account_roles_mysql8", returns=AccountRoleRow, only="mysql", positional=2)
 SESSION_SQL_MODE = Statement("session_sql_mode", returns=VALUE, only="mysql")
+TRACK_EXPIRED = Statement("track_expired", only="mysql")
+TAKE_EXPIRED = Statement("take_expired", returns=VALUE, only="mysql")
 FORBID_ACCOUNT_CREATION = Statement("forbid_account_creation", only="mysql")
 SET_SESSION_SQL_MODE = Statement("set_session_sql_mode", only="mysql", positional=1)
 LOAD_INGEST_CSV = Statement("load_ingest_csv", only="mysql", template=True, positional=1)

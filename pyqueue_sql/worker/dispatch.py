@@ -20,7 +20,7 @@ from .. import errors
 from ..client import QueueCalls
 from ..dialects import UnreadableJSON, encode_json
 from .interrupt import CancelStopped
-from .model import Job, Plan, Route, Settles, log, where_of
+from .model import Job, Plan, Route, Settles, log, log_expired, where_of
 from .model import RetryDue as RetryDue  # its former home, kept importable
 from .policy import Snooze, describe_error
 from .runners import STUCK_RETRY_DELAY, RunnerPool
@@ -525,7 +525,10 @@ class ReserveLoop:
 
     def reserve_steps(self, route: Route, n: int):
         lease_until = self.state.clock() + self.settings.lease
-        rows = yield RetriedCall("reserve", route.queue, kwargs=self.reserve_args(route, n))
+        rows, expired = yield RetriedCall(
+            "reserve", route.queue, kwargs=self.reserve_args(route, n), expired=True
+        )
+        log_expired(self.state.stats, expired)
         made = self.worker._job_type.reserved
         jobs = [made(r, lease_until) for r in rows]
         self.worker._start_jobs(jobs)
@@ -687,9 +690,10 @@ class Dispatch:
             return DEFERRED, []
         route = self.routes[q]
         lease_until = self.state.clock() + self.settings.lease
-        ok, rows = yield RetriedCall(
-            "commit_reserve", q, (job.reservation,), self.commit_reserve_args(route), hard=True
+        (ok, rows), expired = yield RetriedCall(
+            "commit_reserve", q, (job.reservation,), self.commit_reserve_args(route), hard=True, expired=True
         )
+        log_expired(self.stats, expired)
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
         return bool(ok), [self.job_type(r, lease_until=lease_until) for r in rows]
