@@ -461,12 +461,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def _last_minute(db: Any, queues: list[str]) -> dict[str, int | None]:
     """Per queue, the messages that left it in the last minute (committed, dead-lettered, moved or
-    popped: queue_throughput, from its history), None for a queue that keeps no history (nothing
-    to tell) or when the account may not read it."""
+    popped: queue_throughput, from its history or the results it keeps), None for a queue that
+    keeps neither (nothing to tell) or when the account may not read it."""
     if not queues:
         return {}
     try:
-        keeping = {s.queue for s in db.settings() if s.history_retention is not None} & set(queues)
+        keeping = {
+            s.queue
+            for s in db.settings()
+            if s.history_retention is not None or s.result_retention is not None
+        } & set(queues)
         rows = db.throughput(since=dt.timedelta(minutes=1)) if keeping else []
     except errors.QueueError:
         return {}
@@ -692,7 +696,7 @@ def add_stats(command: Command) -> None:
         "stats",
         cmd_stats,
         "show queue depths, and the messages that left each queue in the last minute (a queue that "
-        "keeps history; - for one that does not). " + STATS_LEGEND,
+        "keeps history or results; - for one that keeps neither). " + STATS_LEGEND,
     )
     p.add_argument("queue", metavar="QUEUE", nargs="*", help="the queues to show (default: all)")
     p.add_argument(
