@@ -57,6 +57,7 @@ CONSUMER = (
 PIPELINE = ("queue_move",)
 MONITOR = (
     "queue_stats",
+    "queue_kind_stats",
     "queue_limits",
     "queue_rates",
     "queue_workers",

@@ -153,6 +153,13 @@ def format_stats_table(stats: Iterable[Any], last_minute: Mapping[str, int | Non
     return format_table((*header, "last minute"), rows, right_aligned=(1, 2, 3, 4, 5, 7))
 
 
+def format_kind_stats_table(kinds: Iterable[Any]) -> str:
+    """The messages of several queues by kind (pyqueue_sql.rows.KindStats) as an aligned text
+    table."""
+    rows = [(k.queue, k.kind, str(k.ready), str(k.delayed), str(k.reserved)) for k in kinds]
+    return format_table(("queue", "kind", "ready", "delayed", "reserved"), rows, right_aligned=(2, 3, 4))
+
+
 STATS_LEGEND = (
     "dead: messages that used up their attempts in the queue since it was created (dead-lettered "
     "or dropped); a redrive does not lower it. `dead-letters DLQ` lists those still in a "

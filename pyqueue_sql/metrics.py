@@ -94,6 +94,13 @@ class WorkerMetrics:
             labels,
             registry=self.registry,
         )
+        self.expired = Counter(
+            "pyqueue_worker_expired",
+            "Messages this worker's reserves ended unrun (cancelled) because their expiry "
+            "(pyqueue.expires_at, expires=) had passed.",
+            labels,
+            registry=self.registry,
+        )
         self.duration = Histogram(
             "pyqueue_worker_handler_duration_seconds",
             "How long handlers ran, successes and failures alike.",
@@ -122,9 +129,12 @@ class WorkerMetrics:
         if event == "reconnect":
             self.reconnects.labels(str(getattr(record, "role", "") or "")).inc()
             return
-        if event not in ("commit", "fail", "give_up", "cancel", "lost", "interrupted"):
+        if event not in ("commit", "fail", "give_up", "cancel", "lost", "interrupted", "expired"):
             return
         queue, kind = str(getattr(record, "queue", "") or ""), str(getattr(record, "kind", "") or "")
+        if event == "expired":
+            self.expired.labels(queue, kind).inc()
+            return
         ms = getattr(record, "ms", None)
         if event == "lost":
             self.lost.labels(queue, kind).inc()

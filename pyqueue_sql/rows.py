@@ -138,6 +138,18 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class KindStats:
+    """A queue's messages of one kind (queue_kind_stats): ready, delayed and reserved, counted as
+    QueueStats counts them."""
+
+    queue: str
+    kind: str
+    ready: int
+    delayed: int
+    reserved: int
+
+
+@dataclass(frozen=True)
 class NewMessage:
     """One message for push_many (key: a str, or an int as its decimal text; group: its FIFO
     group, None for none)."""
@@ -252,6 +264,11 @@ def stats_from_row(dialect: dialects.Dialect, row: Sequence[RowValue]) -> QueueS
         oldest_ready_age_s=None if r.oldest_ready_age_s is None else float(r.oldest_ready_age_s),
         paused=bool(r.paused),
     )
+
+
+def kind_stats_from_row(row: Sequence[RowValue]) -> KindStats:
+    r = named(statements.KIND_STATS, row)
+    return KindStats(str(r.queue), str(r.kind), int(r.ready), int(r.delayed), int(r.reserved))
 
 
 @dataclass(frozen=True)

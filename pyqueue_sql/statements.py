@@ -108,6 +108,14 @@ class StatsRow(NamedTuple):
     paused: RowValue
 
 
+class KindStatsRow(NamedTuple):
+    queue: RowValue
+    kind: RowValue
+    ready: RowValue
+    delayed: RowValue
+    reserved: RowValue
+
+
 class PopRow(NamedTuple):
     p_key: RowValue
     p_kind: RowValue
@@ -354,6 +362,7 @@ DROP = Statement("drop", params=("queue",), returns=VALUE)
 PAUSE = Statement("pause", params=("queue",), returns=VALUE)
 RESUME = Statement("resume", params=("queue",), returns=VALUE)
 STATS = Statement("stats", params=("queue",), returns=StatsRow)
+KIND_STATS = Statement("kind_stats", params=("queue",), returns=KindStatsRow)
 
 # -- produce -----------------------------------------------------------------------------------
 PUSH = Statement("push", params=("queue", "key", "kind", "payload", "run_at", "priority"), returns=VALUE)
@@ -550,6 +559,8 @@ TEMPORARY_TABLE_GRANTEES = Statement("temporary_table_grantees", returns=Grantee
 ACCOUNT_ROLES = Statement("account_roles", returns=AccountRoleRow, only="mysql", positional=2)
 ACCOUNT_ROLES_MYSQL8 = Statement("account_roles_mysql8", returns=AccountRoleRow, only="mysql", positional=2)
 SESSION_SQL_MODE = Statement("session_sql_mode", returns=VALUE, only="mysql")
+TRACK_EXPIRED = Statement("track_expired", only="mysql")
+TAKE_EXPIRED = Statement("take_expired", returns=VALUE, only="mysql")
 FORBID_ACCOUNT_CREATION = Statement("forbid_account_creation", only="mysql")
 SET_SESSION_SQL_MODE = Statement("set_session_sql_mode", only="mysql", positional=1)
 LOAD_INGEST_CSV = Statement("load_ingest_csv", only="mysql", template=True, positional=1)

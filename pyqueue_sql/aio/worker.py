@@ -76,6 +76,7 @@ from ..worker import (
 )
 from ..worker.base import listen_refused, settings_signature
 from ..worker.dispatch import COUNTED_BY_BATCH
+from ..worker.model import log_expired
 from ..worker.steps import (
     HARD_STOP,
     Acquire,
@@ -594,7 +595,10 @@ class _Commits:
         """Commits lead's reservation and reserves up to n next messages of its queue in one call."""
         q = lead.job.queue
         args = dict(self.dispatch.commit_reserve_args(self.routes[q]), n=n)
-        ok, rows = await self.pooled(RetriedCall("commit_reserve", q, (lead.job.reservation,), args))
+        (ok, rows), expired = await self.pooled(
+            RetriedCall("commit_reserve", q, (lead.job.reservation,), args, expired=True)
+        )
+        log_expired(self.stats, expired)
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
         return bool(ok), [self.job_type(r) for r in rows]

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from .. import statements
 from ..dialects import Duration, text_value, whole_number
-from ..rows import QueueSettings, QueueStats, settings_from_row, stats_from_row
+from ..rows import (
+    KindStats,
+    QueueSettings,
+    QueueStats,
+    kind_stats_from_row,
+    settings_from_row,
+    stats_from_row,
+)
 from ..sansio import sans_io, statement_call
 from .base import MAX_PAYLOAD_LIMIT, DatabaseCallsBase, QueueCallsBase, whole_number_within
 
@@ -93,6 +100,14 @@ class QueuesCalls(QueueCallsBase):
     def stats(self) -> QueueStats:
         return stats_from_row(self.db.dialect, (yield statement_call(statements.STATS, queue=self.name))[0])
 
+    @sans_io
+    def kind_stats(self) -> list[KindStats]:
+        """The queue's messages by kind (queue_kind_stats), one KindStats a kind that has messages,
+        by kind. Reads every message of the queue, as stats() does: an operator's read."""
+        return [
+            kind_stats_from_row(r) for r in (yield statement_call(statements.KIND_STATS, queue=self.name))
+        ]
+
 
 class QueuesDatabaseCalls(DatabaseCallsBase):
     """A database's calls of the queues topic (see DatabaseCalls)."""
@@ -103,6 +118,11 @@ class QueuesDatabaseCalls(DatabaseCallsBase):
         return [
             stats_from_row(self.dialect, row) for row in (yield statement_call(statements.STATS, queue=None))
         ]
+
+    @sans_io
+    def kind_stats(self) -> list[KindStats]:
+        """Every queue's messages by kind (queue_kind_stats), by queue and kind."""
+        return [kind_stats_from_row(r) for r in (yield statement_call(statements.KIND_STATS, queue=None))]
 
     @sans_io
     def settings(self) -> list[QueueSettings]:

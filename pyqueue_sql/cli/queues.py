@@ -18,6 +18,7 @@ from ..display import (
     STATS_LEGEND,
     format_duration,
     format_horizon,
+    format_kind_stats_table,
     format_stats_table,
     format_table,
     format_time,
@@ -418,6 +419,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         stats = [db.queue(q).stats() for q in dict.fromkeys(args.queue)] if args.queue else db.stats()
         horizon = None if args.json else _horizon(db)
         last_minute = _last_minute(db, [s.queue for s in stats])
+        by_kind = _kind_stats(db, args.queue) if args.kinds else None
     if args.json:
         for s in stats:
             print(
@@ -431,6 +433,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
                         "oldest_ready_age_s": s.oldest_ready_age_s,
                         "paused": s.paused,
                         "last_minute": last_minute.get(s.queue),
+                        **(
+                            {}
+                            if by_kind is None
+                            else {
+                                "kinds": {
+                                    k.kind: {"ready": k.ready, "delayed": k.delayed, "reserved": k.reserved}
+                                    for k in by_kind
+                                    if k.queue == s.queue
+                                }
+                            }
+                        ),
                     }
                 )
             )
@@ -438,6 +451,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"no queues (create one with `{PROG} create QUEUE`)")
     else:
         print(format_stats_table(stats, last_minute))
+        if by_kind is not None:
+            print()
+            print(format_kind_stats_table(by_kind) if by_kind else "no messages of any kind")
     if horizon is not None and (horizon.oldest_age_s or 0) >= HORIZON_WARN_S:
         print(f"{PROG}: {format_horizon(horizon)} (docs/operations.md, A long transaction)", file=sys.stderr)
     return EXIT_OK
@@ -445,12 +461,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def _last_minute(db: Any, queues: list[str]) -> dict[str, int | None]:
     """Per queue, the messages that left it in the last minute (committed, dead-lettered, moved or
-    popped: queue_throughput, from its history), None for a queue that keeps no history (nothing
-    to tell) or when the account may not read it."""
+    popped: queue_throughput, from its history or the results it keeps), None for a queue that
+    keeps neither (nothing to tell) or when the account may not read it."""
     if not queues:
         return {}
     try:
-        keeping = {s.queue for s in db.settings() if s.history_retention is not None} & set(queues)
+        keeping = {
+            s.queue
+            for s in db.settings()
+            if s.history_retention is not None or s.result_retention is not None
+        } & set(queues)
         rows = db.throughput(since=dt.timedelta(minutes=1)) if keeping else []
     except errors.QueueError:
         return {}
@@ -459,6 +479,14 @@ def _last_minute(db: Any, queues: list[str]) -> dict[str, int | None]:
         if r.queue in keeping:
             done[r.queue] = (done[r.queue] or 0) + r.committed + r.dead_lettered + r.moved + r.popped
     return done
+
+
+def _kind_stats(db: Any, queues: list[str]) -> list[Any]:
+    """The messages of the queues asked for (every queue when none) by kind: queue_kind_stats, a
+    read of every message of each queue, made only when --kinds asks for it."""
+    if not queues:
+        return db.kind_stats()
+    return [k for q in dict.fromkeys(queues) for k in db.queue(q).kind_stats()]
 
 
 def _horizon(db: Any) -> Any:
@@ -668,9 +696,15 @@ def add_stats(command: Command) -> None:
         "stats",
         cmd_stats,
         "show queue depths, and the messages that left each queue in the last minute (a queue that "
-        "keeps history; - for one that does not). " + STATS_LEGEND,
+        "keeps history or results; - for one that keeps neither). " + STATS_LEGEND,
     )
     p.add_argument("queue", metavar="QUEUE", nargs="*", help="the queues to show (default: all)")
+    p.add_argument(
+        "--kinds",
+        action="store_true",
+        help="also the ready, delayed and reserved messages of each task kind (a read of every "
+        'message of each queue shown, as the depths are; JSON: a "kinds" object per queue)',
+    )
     p.add_argument(
         "--json", action="store_true", help="one JSON object per queue (the table's columns, unformatted)"
     )

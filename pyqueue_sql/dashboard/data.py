@@ -255,7 +255,7 @@ class Dashboard:
         rows = []
         for s in stats:
             setting = settings.get(s.queue)
-            history = setting is not None and setting.history_retention is not None
+            history = setting is not None and _counted(setting)
             series = self._throughput.series(s.queue, now) if history else []
             done = sum(c for _, c, _ in series)
             dead = sum(d for _, _, d in series)
@@ -433,5 +433,11 @@ class Dashboard:
                     return moved
 
 
+def _counted(setting: QueueSettings) -> bool:
+    """Whether queue_throughput counts what leaves the queue: from its history, or from the
+    results it keeps (an app's queue of a store_result task keeps them by default)."""
+    return setting.history_retention is not None or setting.result_retention is not None
+
+
 def _history_queues(settings: Iterable[QueueSettings]) -> list[str]:
-    return sorted(s.queue for s in settings if s.history_retention is not None)
+    return sorted(s.queue for s in settings if _counted(s))

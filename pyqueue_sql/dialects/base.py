@@ -25,6 +25,7 @@ import json
 import re
 import traceback
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -339,6 +340,63 @@ class JdbcDriver:
     read_options: tuple[tuple[str, str], ...] = ()  # defaults for a read
     # What the driver appends to the server's message on the same line (cut before mapping it).
     message_trailers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expired:
+    """A message that a reserve (or pop) on a connection ended as cancelled because its header
+    pyqueue.expires_at had passed (pyqueue__expire), as the server told that connection: its
+    queue, key and kind, its expiry and when it was ended (UTC; None when unreadable)."""
+
+    queue: str
+    key: str
+    kind: str
+    expires_at: dt.datetime | None
+    at: dt.datetime | None
+
+    @property
+    def late_s(self) -> float | None:
+        """How long after its expiry it was ended (seconds)."""
+        if self.expires_at is None or self.at is None:
+            return None
+        return (self.at - self.expires_at).total_seconds()
+
+
+def _utc_text(value: object) -> dt.datetime | None:
+    """A time as the header pyqueue.expires_at writes it (YYYY-MM-DDTHH:MM:SS.ffffffZ), else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def expired_from_json(note: object) -> Expired | None:
+    """One expiry as the server writes it (a JSON object: queue, key, kind, expires_at, at)."""
+    if not isinstance(note, Mapping):
+        return None
+    return Expired(
+        str(note.get("queue", "")),
+        str(note.get("key", "")),
+        str(note.get("kind", "")),
+        _utc_text(note.get("expires_at")),
+        _utc_text(note.get("at")),
+    )
+
+
+# The expiries the server told each open connection of and that take_expired has not handed out
+# yet (PostgreSQL's notice handler puts them here); at most MAX_EXPIRED_KEPT a connection.
+_expired: weakref.WeakKeyDictionary[Any, list[Expired]] = weakref.WeakKeyDictionary()
+MAX_EXPIRED_KEPT = 1000
+
+
+def note_expired(connection: Any, expired: Expired | None) -> None:
+    if expired is None:
+        return
+    kept = _expired.setdefault(connection, [])
+    if len(kept) < MAX_EXPIRED_KEPT:
+        kept.append(expired)
 
 
 class Dialect:
@@ -687,6 +745,17 @@ class Listener:
     ) -> list[tuple[str, str]]:
         """wait_for_notification on an asyncio connection."""
         raise errors.QueueError(f"{self.dialect.name} has no LISTEN")
+
+    # What else the server tells a session beside its results.
+    def take_expired(self, connection: Connection) -> list[Expired]:
+        """The messages that the calls on this connection ended as expired since the last
+        take_expired (the server tells the session of each: docs/contract/05_reserve.md), handed
+        out once. No round trip unless the server flagged one (MySQL)."""
+        return _expired.pop(connection, [])
+
+    async def take_expired_async(self, connection: AsyncConnection) -> list[Expired]:
+        """take_expired on an asyncio connection."""
+        return _expired.pop(connection, [])
 
     def shares_sessions(self, connection: Connection, dsn: str) -> bool:
         """Whether a pooler in transaction mode stands between connection and the server, so that

@@ -8,6 +8,7 @@ import datetime as dt
 import functools
 import json
 import re
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any, TypeAlias, overload
@@ -25,6 +26,7 @@ from .base import (
     Connection,
     Dialect,
     Duration,
+    Expired,
     JdbcDriver,
     JSONValue,
     Listener,
@@ -35,8 +37,10 @@ from .base import (
     as_utc,
     connection_failed,
     encode_json,
+    expired_from_json,
     fetch_all,
     in_declared_order,
+    note_expired,
     scrub_exception,
     strip_driver,
 )
@@ -253,6 +257,73 @@ class _HostFailures:
 _HOST_PORT = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[0-9]{1,5}))?")
 
 
+# The OK packet's flag: a session state the client tracks changed during the statement (with the
+# client capability CLIENT_SESSION_TRACK).
+SERVER_SESSION_STATE_CHANGED = 0x4000
+
+
+def _note_expiries(connection: Any, text: object) -> None:
+    """Notes each expiry of @pyqueue_expired's JSON array (see MySQLDialect.take_expired)."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "replace")
+    if not isinstance(text, str):
+        return
+    try:
+        notes = json.loads(text)
+    except ValueError:
+        return
+    for note in notes if isinstance(notes, list) else []:
+        note_expired(connection, expired_from_json(note))
+
+
+class MySQLListener(Listener):
+    """No LISTEN; the expiries a call ended, read from the session when the server flags them."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__(dialect)
+        # The connections take_expired has asked to track default_week_format.
+        self._tracking_started: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+    def take_expired(self, connection: Connection) -> list[Expired]:
+        """The expiries pyqueue__expire noted in the session (@pyqueue_expired), read and cleared
+        in one round trip only when the OK packet of the connection's last call says a tracked
+        session variable changed (pyqueue__expire sets default_week_format to its own value): a
+        reserve that ended nothing costs nothing more. The first call on a connection asks the
+        server to track that variable (session_track_system_variables) and reads what is there."""
+        if self._tracks_expiries(connection):
+            try:
+                [[(text,)]] = self.dialect.run_sets(connection, statements.TAKE_EXPIRED, {})[:1]
+            except errors.QueueError:
+                text = None
+            _note_expiries(connection, text)
+        return super().take_expired(connection)
+
+    async def take_expired_async(self, connection: AsyncConnection) -> list[Expired]:
+        if self._tracks_expiries(connection, asynchronous=True):
+            if connection not in self._tracking_started:
+                self._tracking_started[connection] = True
+                with contextlib.suppress(errors.QueueError):
+                    await self.dialect.run_sets_async(connection, statements.TRACK_EXPIRED, {})
+            try:
+                [[(text,)]] = (await self.dialect.run_sets_async(connection, statements.TAKE_EXPIRED, {}))[:1]
+            except errors.QueueError:
+                text = None
+            _note_expiries(connection, text)
+        return await super().take_expired_async(connection)
+
+    def _tracks_expiries(self, connection: Any, asynchronous: bool = False) -> bool:
+        """Whether to read @pyqueue_expired now: on a connection's first take (which starts the
+        tracking: synchronously here, by the caller when asynchronous), and after a call whose OK
+        packet has SERVER_SESSION_STATE_CHANGED set."""
+        if connection not in self._tracking_started:
+            if not asynchronous:
+                self._tracking_started[connection] = True
+                with contextlib.suppress(errors.QueueError):
+                    self.dialect.run_sets(connection, statements.TRACK_EXPIRED, {})
+            return True
+        return bool((getattr(connection, "server_status", 0) or 0) & SERVER_SESSION_STATE_CHANGED)
+
+
 def _mysql_host(item: str) -> tuple[str, int]:
     """(host, port) of one entry of a multi-host DSN: host, host:port, [v6 address] or [v6]:port."""
     match = _HOST_PORT.fullmatch(item)
@@ -411,7 +482,7 @@ class MySQL(Dialect):
     async_driver = ("aiomysql", "asyncio")
 
     def __init__(self) -> None:
-        super().__init__(MySQLCodec(), Listener(self), MySQLAdmin(self))
+        super().__init__(MySQLCodec(), MySQLListener(self), MySQLAdmin(self))
 
     # -- connections -----------------------------------------------------
     def connect(self, dsn: str, autocommit: bool = True) -> Connection:
@@ -429,7 +500,7 @@ class MySQL(Dialect):
             with self.connection_failures(dsn):
                 return _connection_class()(
                     **{**candidates[0], "autocommit": autocommit},
-                    client_flag=CLIENT.MULTI_STATEMENTS,
+                    client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.SESSION_TRACK,
                     conv=_conversions(),
                 )
         failures = _HostFailures(dsn)
@@ -438,7 +509,7 @@ class MySQL(Dialect):
             try:
                 connection = _connection_class()(
                     **{**args, "autocommit": autocommit},
-                    client_flag=CLIENT.MULTI_STATEMENTS,
+                    client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.SESSION_TRACK,
                     conv=_conversions(),
                 )
                 with connection.cursor() as cur:
@@ -476,6 +547,7 @@ class MySQL(Dialect):
         """connect's twin: with several hosts, the first that answers and is writable."""
         aiomysql = self.import_driver(asynchronous=True)
         import pymysql
+        from pymysql.constants import CLIENT
 
         candidates = mysql_connect_candidates(dsn)
         failures = _HostFailures(dsn)
@@ -485,6 +557,7 @@ class MySQL(Dialect):
                 raise errors.UnsupportedDsnError(f"aiomysql has no MySQL DSN option {unsupported[0]!r}")
             args["db"] = args.pop("database")
             args["conv"] = _conversions()
+            args["client_flag"] = CLIENT.SESSION_TRACK  # see take_expired
             ssl_files = {key: args.pop(key) for key in ("ssl_ca", "ssl_cert", "ssl_key") if key in args}
             if ssl_files:
                 import ssl

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
+import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import errors, statements
 from ..queries import split_script
@@ -25,8 +27,10 @@ from .base import (
     Row,
     connection_failed,
     encode_json,
+    expired_from_json,
     fetch_all,
     in_declared_order,
+    note_expired,
     strip_driver,
     without_secrets,
 )
@@ -97,6 +101,29 @@ def _backend_pid(connection: Connection) -> int:
         return cur.fetchone()[0]
 
 
+# The NOTICE pyqueue__expire sends the session of a reserve or pop that ended an expired message
+# (its DETAIL: a JSON object), noted for Dialect.take_expired; other notices are left alone.
+EXPIRED_NOTICE = "pyqueue:expired"
+
+
+def _hear_expiries(connection: Any) -> None:
+    ref = weakref.ref(connection)
+
+    def heard(diag: Any) -> None:
+        if diag.message_primary != EXPIRED_NOTICE:
+            return
+        conn = ref()
+        if conn is None:
+            return
+        try:
+            note = json.loads(diag.message_detail or "")
+        except ValueError:
+            return
+        note_expired(conn, expired_from_json(note))
+
+    connection.add_notice_handler(heard)
+
+
 class PostgreSQL(Dialect):
     name = "postgresql"
     supports_listen = True
@@ -163,6 +190,7 @@ class PostgreSQL(Dialect):
         with self.connection_failures(dsn):
             connection = psycopg.connect(strip_driver(dsn), autocommit=autocommit, prepare_threshold=None)
         psycopg.types.json.set_json_loads(_load_json, connection)
+        _hear_expiries(connection)
         return connection
 
     def owns(self, connection: object) -> bool:
@@ -183,6 +211,7 @@ class PostgreSQL(Dialect):
                 strip_driver(dsn), autocommit=True, prepare_threshold=None
             )
         psycopg.types.json.set_json_loads(_load_json, connection)
+        _hear_expiries(connection)
         return connection
 
     def connect_error(self, exc: BaseException, dsn: str) -> errors.QueueError | None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import errors
 from ..dialects import UnreadableJSON, encode_json
-from .model import Job, RetryRule, log
+from .model import Job, RetryRule, log, log_expired
 from .steps import Acquire, Handle, RetriedCall, Sleep, StoppedError
 
 if TYPE_CHECKING:
@@ -244,6 +244,12 @@ class BatchLanes:
         ]
 
     # -- a lane's steps ------------------------------------------------------------------
+    def reserve_noting_expired(self, route: Any, args: dict[str, Any]):
+        """A reserve of the route's queue, its expiries logged and counted (log_expired)."""
+        rows, expired = yield RetriedCall("reserve", route.queue, kwargs=args, expired=True)
+        log_expired(self.stats, expired)
+        return rows
+
     def lane_steps(
         self,
         route: BatchRoute,
@@ -344,7 +350,7 @@ class BatchLanes:
 
         try:
             lease_until = self.state.clock() + self.settings.lease
-            jobs += held((yield RetriedCall("reserve", route.queue, kwargs=args)), lease_until)
+            jobs += held((yield from self.reserve_noting_expired(route, args)), lease_until)
             if jobs and len(jobs) < route.size and route.linger > 0:
                 end = self.state.clock() + route.linger
                 while len(jobs) < route.size and not self.state.stopping.is_set():
@@ -353,7 +359,7 @@ class BatchLanes:
                         break
                     args["n"] = route.size - len(jobs)
                     lease_until = self.state.clock() + self.settings.lease
-                    more = held((yield RetriedCall("reserve", route.queue, kwargs=args)), lease_until)
+                    more = held((yield from self.reserve_noting_expired(route, args)), lease_until)
                     if not more:
                         woke = yield RetriedCall(
                             "wait",

@@ -20,7 +20,7 @@ from .. import errors
 from ..client import QueueCalls
 from ..dialects import UnreadableJSON, encode_json
 from .interrupt import CancelStopped
-from .model import Job, Plan, Route, Settles, log, where_of
+from .model import Job, Plan, Route, Settles, log, log_expired, where_of
 from .model import RetryDue as RetryDue  # its former home, kept importable
 from .policy import Snooze, describe_error
 from .runners import STUCK_RETRY_DELAY, RunnerPool
@@ -333,6 +333,7 @@ class ReserveLoop:
         recheck_at: float | None = None
         long_poll = self.long_poll()
         nothing_ready = False  # the last long poll timed out: no reserve needed
+        probe = False  # the last client-side poll timed out: read the next scheduled_at first
         rechecked_due_now = False  # the last empty round was already followed by one at once
         held = HeldBack(self.state.settles)
         settles = self.state.settles
@@ -344,6 +345,21 @@ class ReserveLoop:
             if nothing_ready:
                 nothing_ready = not (yield from self.wait_steps(self.settings.long_poll_wait))
                 continue
+            if probe:
+                # A client-side poll whose wait ran out without a wakeup: the next scheduled_at
+                # of each queue (one call a queue) tells whether anything is ready, and only then
+                # do the reserves run, so an idle worker makes one call a queue a poll.
+                probe = False
+                seen = settles.done
+                yield Hooks(self.on_idle, None)
+                due, due_now = yield from self.next_due_steps()
+                if not due_now:
+                    timeout, poll = self.idle_timeout(poll, due, recheck_at)
+                    watch = settles.owed > 0 or bool(self.worker._jobs())
+                    if not (watch and settles.done != seen):
+                        woke = yield from self.wait_steps(timeout, seen if watch else None)
+                        probe = not woke and not self.state.wake_queues
+                    continue
             yield WAIT_SLOTS
             if self.state.stopping.is_set():
                 break
@@ -414,6 +430,7 @@ class ReserveLoop:
             # queue_wait watches the next scheduled_at itself, so a timed-out
             # long poll goes straight into the next one (one query per wait).
             nothing_ready = long_poll and not woke and not self.state.wake_queues
+            probe = not long_poll and not self.worker.use_listen and not woke and not self.state.wake_queues
 
     def held_wait_steps(self, held: HeldBack):
         """Held back: waits until one of this worker's settles ends (at once if one ended since the
@@ -527,7 +544,10 @@ class ReserveLoop:
 
     def reserve_steps(self, route: Route, n: int):
         lease_until = self.state.clock() + self.settings.lease
-        rows = yield RetriedCall("reserve", route.queue, kwargs=self.reserve_args(route, n))
+        rows, expired = yield RetriedCall(
+            "reserve", route.queue, kwargs=self.reserve_args(route, n), expired=True
+        )
+        log_expired(self.state.stats, expired)
         made = self.worker._job_type.reserved
         jobs = [made(r, lease_until) for r in rows]
         self.worker._start_jobs(jobs)
@@ -689,9 +709,10 @@ class Dispatch:
             return DEFERRED, []
         route = self.routes[q]
         lease_until = self.state.clock() + self.settings.lease
-        ok, rows = yield RetriedCall(
-            "commit_reserve", q, (job.reservation,), self.commit_reserve_args(route), hard=True
+        (ok, rows), expired = yield RetriedCall(
+            "commit_reserve", q, (job.reservation,), self.commit_reserve_args(route), hard=True, expired=True
         )
+        log_expired(self.stats, expired)
         self.stats.commit_reserves += 1
         self.stats.reserved += len(rows)
         return bool(ok), [self.job_type(r, lease_until=lease_until) for r in rows]

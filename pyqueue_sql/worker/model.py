@@ -276,6 +276,9 @@ class WorkerStats:
     """Prefetched messages handed back unstarted because their lease ran low first."""
     cancelled: int = 0
     """Handlers that stopped for a cancel (queue_cancel_held)."""
+    expired: int = 0
+    """Messages this worker's reserves ended unrun (cancelled) because their pyqueue.expires_at
+    had passed, as the server told its connection (each also logged once)."""
     given_up: int = 0
     """Messages ended now, not retried (GiveUp, or an error the policy gives up on)."""
     snoozed: int = 0
@@ -383,3 +386,20 @@ class WorkerStatus:
 
 def where_of(job: Job) -> str:
     return f"{job.queue}/{job.key}/{job.kind}"
+
+
+def log_expired(stats: Any, expired: list[Any]) -> None:
+    """One log line (event "expired", counted in /metrics) for each message a reserve ended as
+    cancelled because its pyqueue.expires_at had passed (dialects.Expired)."""
+    for e in expired:
+        stats.expired += 1
+        late = e.late_s
+        log.info(
+            "expired: %s/%s/%s ended unrun (cancelled), %s after its expiry %s",
+            e.queue,
+            e.key,
+            e.kind,
+            "?" if late is None else (f"{late:.1f} s" if late < 10 else f"{late:.0f} s"),
+            "?" if e.expires_at is None else e.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            extra={"event": "expired", "queue": e.queue, "key": e.key, "kind": e.kind, "late_s": late},
+        )

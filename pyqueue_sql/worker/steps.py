@@ -10,6 +10,7 @@ no runner dispatches on strings.
 
 from __future__ import annotations
 
+import inspect
 import random
 import threading
 import time
@@ -38,10 +39,22 @@ class RetriedCall:
     args: tuple = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     hard: bool = False
+    # (the call's result, the messages the server told the connection it ended as expired
+    # meanwhile: Dialect.take_expired, no round trip unless there were some)
+    expired: bool = False
 
     def __call__(self, db: Any) -> Any:
         target = db if self.queue is None else db.queue(self.queue)
-        return getattr(target, self.method)(*self.args, **self.kwargs)
+        result = getattr(target, self.method)(*self.args, **self.kwargs)
+        if not self.expired:
+            return result
+        if inspect.isawaitable(result):
+            return _with_expired(db, result)
+        return result, db.dialect.listener.take_expired(db.connection)
+
+
+async def _with_expired(db: Any, result: Any) -> Any:
+    return await result, await db.dialect.listener.take_expired_async(db.connection)
 
 
 @dataclass(frozen=True)

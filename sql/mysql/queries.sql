@@ -35,6 +35,9 @@ CALL queue_resume(%(queue)s)
 -- name: stats
 CALL queue_stats(%(queue)s)
 
+-- name: kind_stats
+CALL queue_kind_stats(%(queue)s)
+
 
 -- ==== produce ====
 -- Putting messages in.
@@ -479,3 +482,12 @@ SET SESSION sql_mode = %s
 LOAD DATA LOCAL INFILE %s INTO TABLE queue_ingest CHARACTER SET utf8mb4
 FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '"' ESCAPED BY ''
 LINES TERMINATED BY '\n' ({columns})
+
+-- name: track_expired
+-- a worker's connection: the OK packet of a call flags a change of default_week_format, which pyqueue__expire sets
+-- (to its own value) when it ended an expired message (CLIENT_SESSION_TRACK; see MySQLDialect.take_expired)
+SET SESSION session_track_system_variables = CONCAT_WS(',', NULLIF(@@session.session_track_system_variables, ''), 'default_week_format')
+
+-- name: take_expired
+-- the expiries pyqueue__expire noted in this session since the last read (a JSON array, or NULL), then none
+SELECT @pyqueue_expired AS expired; SET @pyqueue_expired = NULL

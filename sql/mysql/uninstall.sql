@@ -159,6 +159,7 @@ DROP PROCEDURE IF EXISTS pyqueue__raise_batch_shape;
 -- ==== queues ====
 -- (the tables pyqueue_group, pyqueue_message and pyqueue_queue go last, see
 -- the top)
+DROP PROCEDURE IF EXISTS queue_kind_stats;
 DROP PROCEDURE IF EXISTS queue_stats;
 DROP PROCEDURE IF EXISTS queue_resume;
 DROP PROCEDURE IF EXISTS queue_pause;

@@ -39,6 +39,10 @@ SELECT queue_resume(%(queue)s)
 SELECT queue, ready, delayed, reserved, dead, oldest_ready_age_s, paused
   FROM queue_stats(%(queue)s)
 
+-- name: kind_stats
+SELECT queue, kind, ready, delayed, reserved
+  FROM queue_kind_stats(%(queue)s)
+
 
 -- ==== produce ====
 -- Putting messages in.

@@ -161,6 +161,7 @@ DROP FUNCTION IF EXISTS pyqueue__push(text, text, text, jsonb, timestamptz, inte
 
 -- ==== queues ====
 -- (the tables pyqueue_message and pyqueue_queue go last, see the top)
+DROP FUNCTION IF EXISTS queue_kind_stats(text);
 DROP FUNCTION IF EXISTS queue_stats(text);
 DROP FUNCTION IF EXISTS queue_resume(text);
 DROP FUNCTION IF EXISTS queue_pause(text);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import pathlib
 import re
@@ -62,6 +63,45 @@ def test_stats_takes_several_queues_and_says_what_left_each_in_the_last_minute(c
         (plain, None),
         (kept, 3),
     ]
+
+
+def test_stats_kinds_shows_each_queue_s_messages_by_task_kind(capsys, dsn, db):
+    busy, empty = (f"st.{uuid.uuid4().hex[:8]}" for _ in range(2))
+    db.queue(busy).create()
+    db.queue(empty).create()
+    db.queue(busy).push_many(
+        [dict(key=f"e{n}", kind="email", payload={}) for n in range(3)]
+        + [
+            dict(key="r0", kind="report", payload={}),
+            dict(key="r1", kind="report", payload={}, run_at=dt.timedelta(hours=1)),
+        ]
+    )
+    db.queue(busy).reserve(n=1, kinds=["report"])
+    code, out, err = run_cli(capsys, "stats", busy, empty, "--kinds", "--dsn", dsn)
+    assert code == 0, err
+    depths, by_kind = out.split("\n\n")
+    assert [r.split()[:2] for r in depths.splitlines()[2:]] == [[busy, "3"], [empty, "0"]]
+    header, _, *rows = by_kind.splitlines()
+    assert [header.split(), *(r.split() for r in rows)] == [
+        ["queue", "kind", "ready", "delayed", "reserved"],
+        [busy, "email", "3", "0", "0"],
+        [busy, "report", "0", "1", "1"],
+    ]
+    code, out, err = run_cli(capsys, "stats", busy, empty, "--kinds", "--json", "--dsn", dsn)
+    assert code == 0, err
+    assert [(o["queue"], o["kinds"]) for o in map(json.loads, out.splitlines())] == [
+        (
+            busy,
+            {
+                "email": {"ready": 3, "delayed": 0, "reserved": 0},
+                "report": {"ready": 0, "delayed": 1, "reserved": 1},
+            },
+        ),
+        (empty, {}),
+    ]
+    # without --kinds: no per-kind read, the table alone
+    code, out, err = run_cli(capsys, "stats", busy, "--dsn", dsn)
+    assert code == 0 and "kind" not in out and '"kinds"' not in out
 
 
 def test_user_errors_are_one_line_and_non_zero(capsys, dsn):

@@ -1,5 +1,5 @@
 """Queues (docs/contract.md, the queues topic: queue_create, queue_drop, queue_pause, queue_resume,
-queue_stats), on every dialect and client."""
+queue_stats, queue_kind_stats), on every dialect and client."""
 
 from __future__ import annotations
 
@@ -40,6 +40,26 @@ def test_stats_counts_each_state(db, make_queue):
     assert (everyone[q.name].ready, everyone[q.name].reserved) == (2, 3)
     empty = make_queue()
     assert empty.stats().oldest_ready_age_s is None
+
+
+def test_kind_stats_counts_each_state_by_kind(db, make_queue):
+    q, other, empty = make_queue(), make_queue(), make_queue()
+    q.push("a1", "alpha", 1)
+    q.push("a2", "alpha", 1, run_at=dt.timedelta(hours=1))
+    q.push("b1", "beta", 1)
+    q.push("b2", "beta", 1)
+    other.push("a1", "alpha", 1)
+    q.reserve(n=1, kinds=["beta"])
+    assert [(k.kind, k.ready, k.delayed, k.reserved) for k in q.kind_stats()] == [
+        ("alpha", 1, 1, 0),
+        ("beta", 1, 0, 1),
+    ]
+    assert empty.kind_stats() == []
+    everyone = [(k.queue, k.kind) for k in db.kind_stats() if k.queue in (q.name, other.name, empty.name)]
+    assert everyone == sorted([(q.name, "alpha"), (q.name, "beta"), (other.name, "alpha")])
+    empty.drop()
+    with pytest.raises(UnknownQueueError):
+        empty.kind_stats()
 
 
 def test_create_replaces_settings_and_drop_removes_messages(db, make_queue):

@@ -133,11 +133,27 @@ def test_throughput_counts_what_left_the_queue_per_minute(make_queue):
     assert jobs.throughput(since=dt.timedelta(0)) == []
 
 
-def test_throughput_of_a_queue_without_history_is_empty(queue):
+def test_throughput_of_a_queue_without_history_nor_results_is_empty(queue):
     queue.push("a", "x", {})
     [r] = queue.reserve(n=1)
     assert queue.commit(r)
     assert queue.throughput() == []
+
+
+def test_throughput_of_a_queue_that_keeps_results_counts_them_without_history(make_queue):
+    jobs = make_queue(max_attempts=1)
+    jobs.set_result_retention(dt.timedelta(days=1))
+    for i in range(4):
+        jobs.push(f"k{i}", "x", {})
+    held = jobs.reserve(n=4)
+    for r in held[:2]:
+        assert jobs.commit(r)
+    assert jobs.fail(held[2], "boom") == "dropped"
+    jobs.cancel(held[3].key, "x")  # asked to stop while held: not counted until it ends
+    rows = jobs.throughput()
+    totals = [sum(getattr(r, f) for r in rows) for f in ("committed", "dead_lettered", "moved", "popped")]
+    assert totals == [2, 1, 0, 0]  # (in one minute or two, should the minute turn meanwhile)
+    assert [r for r in jobs.db.throughput() if r.queue == jobs.name] == rows
 
 
 @pytest.mark.parametrize(

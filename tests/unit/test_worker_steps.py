@@ -71,7 +71,10 @@ class Steps:
         self.result = None
 
     def answer(self, value=None):
-        """The operation's result (for a Handle: None, or what the handler raised)."""
+        """The operation's result (for a Handle: None, or what the handler raised; for a call
+        that also hands out the expiries the server told of: the call's result, no expiry)."""
+        if isinstance(self.op, RetriedCall) and self.op.expired:
+            value = (value, [])
         return self._next(self.steps.send, value)
 
     def throw(self, error: BaseException):

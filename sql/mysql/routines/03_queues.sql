@@ -297,4 +297,27 @@ BEGIN
      ORDER BY q.queue_name;
 END //
 
+-- queue_kind_stats: the messages of in_queue (every queue when NULL) by kind: one row per queue and kind that has
+-- messages (queue, kind, ready, `delayed`, reserved, counted as queue_stats counts them), by queue and kind. Reads every
+-- message of the queue, as queue_stats does, so it is a separate read that an operator asks for (`pyqueue-sql stats
+-- --kinds`), never part of queue_stats. Plain reads, no locks.
+DROP PROCEDURE IF EXISTS queue_kind_stats //
+CREATE PROCEDURE queue_kind_stats(IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_now DATETIME(6);
+    CALL pyqueue__check_clock();
+    IF in_queue IS NOT NULL THEN CALL pyqueue__check_queue(in_queue); END IF;
+    SET v_now = UTC_TIMESTAMP(6), v_queue = in_queue;
+    SELECT m.queue_name AS `queue`, m.p_kind AS kind,
+           COUNT(CASE WHEN m.scheduled_at <= v_now THEN 1 END) AS ready,
+           COUNT(CASE WHEN m.scheduled_at > v_now AND m.reserve_token IS NULL THEN 1 END) AS `delayed`,
+           COUNT(CASE WHEN m.scheduled_at > v_now AND m.reserve_token IS NOT NULL THEN 1 END) AS reserved
+      FROM pyqueue_message m
+     WHERE v_queue IS NULL OR m.queue_name = v_queue
+     GROUP BY m.queue_name, m.p_kind
+     ORDER BY m.queue_name, m.p_kind;
+END //
+
 DELIMITER ;

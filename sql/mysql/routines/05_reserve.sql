@@ -99,8 +99,9 @@ END //
 -- outcome 'cancelled' and the messages that wait for it cancelled (pyqueue__result_put). A grouped message: its group
 -- row is locked first (with in_nowait SKIP LOCKED: busy, nothing happens and out_done = -1, the caller gives the claim
 -- back) and the next message of the group takes its place. In autocommit mode the steps are one transaction of its
--- own. out_done = 1 when it ended, 0 when the claim no longer held. Locks: the message row, the group row, the
--- history, schedule and result rows, until the transaction ends.
+-- own. out_done = 1 when it ended, 0 when the claim no longer held. The caller's session hears of an expiry (its JSON
+-- appended to @pyqueue_expired, default_week_format set to itself: docs/contract/05_reserve.md). Locks: the message row,
+-- the group row, the history, schedule and result rows, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__expire //
 CREATE PROCEDURE pyqueue__expire(
     IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -167,6 +168,11 @@ BEGIN
             SET v_txn = 0;
         END IF;
         SET out_done = IF(v_busy, -1, v_deleted);
+        IF v_deleted = 1 THEN
+            SET @pyqueue_expired = JSON_ARRAY_APPEND(IF(JSON_LENGTH(@pyqueue_expired) < 1000, @pyqueue_expired, '[]'), '$',
+                    JSON_OBJECT('queue', in_queue, 'key', v_key, 'kind', v_kind, 'expires_at', SUBSTRING(v_error, 12),
+                                'at', DATE_FORMAT(in_now, '%Y-%m-%dT%H:%i:%s.%fZ'))), SESSION default_week_format = @@session.default_week_format;
+        END IF;
     END IF;
 END //
 

@@ -104,7 +104,8 @@ END //
 
 -- queue_throughput: messages that left in_queue (NULL = every queue) per minute since in_since (UTC; NULL = an hour
 -- ago; at most a day), by outcome: rows (queue, minute, committed, dead_lettered, moved, popped), from
--- pyqueue_history (queues with a history_retention only). Plain read of the history index, no locks.
+-- pyqueue_history for a queue with a history_retention; for one without that keeps results (a result_retention), from
+-- pyqueue_result (committed: succeeded, dead_lettered: failed, moved and popped 0). Plain reads of those indexes, no locks.
 DROP PROCEDURE IF EXISTS queue_throughput //
 CREATE PROCEDURE queue_throughput(
     IN in_queue LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -130,9 +131,17 @@ BEGIN
            COUNT(CASE WHEN h.outcome = 'popped' THEN 1 END) AS popped
       FROM pyqueue_queue q
       JOIN pyqueue_history h ON h.queue_name = q.queue_name AND h.processed_at >= v_since
-     WHERE v_queue IS NULL OR q.queue_name = v_queue
+     WHERE (v_queue IS NULL OR q.queue_name = v_queue) AND NOT (q.history_retention IS NULL AND q.result_retention IS NOT NULL)
      GROUP BY q.queue_name, `minute`
-     ORDER BY q.queue_name, `minute`;
+    UNION ALL
+    SELECT q.queue_name, CAST(DATE_FORMAT(r.finished_at, '%Y-%m-%d %H:%i:00') AS DATETIME(6)),
+           COUNT(CASE WHEN r.state = 'succeeded' THEN 1 END), COUNT(CASE WHEN r.state = 'failed' THEN 1 END), 0, 0
+      FROM pyqueue_queue q
+      JOIN pyqueue_result r ON r.queue_name = q.queue_name AND r.finished_at >= v_since
+     WHERE (v_queue IS NULL OR q.queue_name = v_queue) AND q.history_retention IS NULL AND q.result_retention IS NOT NULL
+     GROUP BY q.queue_name, 2
+    HAVING COUNT(CASE WHEN r.state IN ('succeeded', 'failed') THEN 1 END) > 0
+     ORDER BY 1, 2;
 END //
 
 -- queue_horizon: what holds back InnoDB's purge on this server (no undo record, a consumed message's delete-marked

@@ -337,3 +337,32 @@ BEGIN
          ORDER BY q.queue_name;
 END;
 $$;
+
+-- queue_kind_stats: the messages of in_queue (every queue when NULL) by
+-- kind: one row per queue and kind that has messages (queue, kind, ready,
+-- delayed, reserved, counted as queue_stats counts them), by queue and kind.
+-- Reads every message of the queue, as queue_stats does, so it is a separate
+-- read that an operator asks for (`pyqueue-sql stats --kinds`), never part of
+-- queue_stats. Reads without locks.
+CREATE OR REPLACE FUNCTION queue_kind_stats(in_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, kind text, ready bigint, delayed bigint, reserved bigint)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF in_queue IS NOT NULL THEN
+        PERFORM pyqueue__queue(in_queue);
+    END IF;
+    RETURN QUERY
+        SELECT m.queue_name::text, m.p_kind::text,
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at <= v_now),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NULL),
+               pg_catalog.count(*) FILTER (WHERE m.scheduled_at > v_now AND m.reserve_token IS NOT NULL)
+          FROM pyqueue_message m
+         WHERE in_queue IS NULL OR m.queue_name::text = in_queue
+         GROUP BY m.queue_name, m.p_kind
+         ORDER BY m.queue_name, m.p_kind;
+END;
+$$;

@@ -507,6 +507,10 @@ $$;
 -- moves up, a schedule's pending occurrence makes way for the next, history
 -- outcome 'cancelled', result 'cancelled', the messages that wait for it
 -- cancelled as for a cancel), with last_error 'expired at <expires_at>'.
+-- The caller's session hears of it: a NOTICE 'pyqueue:expired' whose DETAIL
+-- is a JSON object (queue, key, kind, expires_at, at: the times as the header
+-- writes them), which a worker's notice handler logs and counts; nothing is
+-- sent for a message that did not expire.
 -- Locks: the message row (held already), then as pyqueue__finish.
 CREATE OR REPLACE FUNCTION pyqueue__expire(in_queue pyqueue_queue, in_tid tid)
 RETURNS void
@@ -514,11 +518,17 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_msg pyqueue_message;
+    v_now timestamptz := pg_catalog.clock_timestamp();
 BEGIN
     DELETE FROM pyqueue_message m WHERE m.ctid = in_tid RETURNING * INTO v_msg;
     IF FOUND THEN
         v_msg.last_error := 'expired at ' || (v_msg.headers ->> 'pyqueue.expires_at'::text);
-        PERFORM pyqueue__finish(in_queue, v_msg, 'cancelled', 'cancelled', NULL, pg_catalog.clock_timestamp());
+        PERFORM pyqueue__finish(in_queue, v_msg, 'cancelled', 'cancelled', NULL, v_now);
+        RAISE NOTICE USING MESSAGE = 'pyqueue:expired',
+            DETAIL = pg_catalog.jsonb_build_object('queue'::text, v_msg.queue_name, 'key'::text, v_msg.p_key,
+                                                   'kind'::text, v_msg.p_kind,
+                                                   'expires_at'::text, v_msg.headers -> 'pyqueue.expires_at'::text,
+                                                   'at'::text, pyqueue__clock_text(v_now))::text;
     END IF;
 END;
 $$;

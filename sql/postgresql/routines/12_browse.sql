@@ -133,10 +133,13 @@ $$;
 -- per minute since in_since (NULL = an hour ago; at most a day ago, not in
 -- the future), by outcome: rows (queue, minute, committed, dead_lettered,
 -- moved, popped), minutes without any left out, by queue and minute.
--- Counted from pyqueue_history, so only a queue with a history_retention
--- has any (queue_settings says which do): nothing is counted on the commit
--- path. Reads the (queue_name, processed_at) index range of each queue,
--- without locks.
+-- Counted from pyqueue_history for a queue with a history_retention; for one
+-- without that keeps results (a result_retention: an app's queue of a
+-- store_result task), from pyqueue_result (committed: succeeded, dead_lettered:
+-- failed, moved and popped 0); a queue that keeps neither has none
+-- (queue_settings says which): nothing is counted on the commit path. Reads
+-- the (queue_name, processed_at) or (queue_name, finished_at) index range of
+-- each queue, without locks.
 CREATE OR REPLACE FUNCTION queue_throughput(in_queue text DEFAULT NULL, in_since timestamptz DEFAULT NULL)
 RETURNS TABLE (queue text, minute timestamptz, committed bigint, dead_lettered bigint, moved bigint,
                popped bigint)
@@ -150,6 +153,7 @@ DECLARE
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_since timestamptz;
     v_queue text;
+    v_results boolean;
 BEGIN
     IF in_queue IS NOT NULL THEN
         PERFORM pyqueue__queue(in_queue);
@@ -166,11 +170,24 @@ BEGIN
     v_since := coalesce(in_since, v_now - interval '1 hour');
     -- one queue at a time: each statement reads that queue's index range (a join of all
     -- queues with the history can be planned as a scan of the whole history table)
-    FOR v_queue IN
-        SELECT q.queue_name::text FROM pyqueue_queue q
+    FOR v_queue, v_results IN
+        SELECT q.queue_name::text, q.history_retention IS NULL AND q.result_retention IS NOT NULL FROM pyqueue_queue q
          WHERE in_queue IS NULL OR q.queue_name::text = in_queue
          ORDER BY q.queue_name
     LOOP
+        IF v_results THEN
+            RETURN QUERY
+                SELECT v_queue, pg_catalog.date_trunc('minute'::text, r.finished_at),
+                       pg_catalog.count(*) FILTER (WHERE r.state::text = 'succeeded'::text),
+                       pg_catalog.count(*) FILTER (WHERE r.state::text = 'failed'::text),
+                       0::bigint, 0::bigint
+                  FROM pyqueue_result r
+                 WHERE r.queue_name::text = v_queue AND r.finished_at >= v_since
+                 GROUP BY 2
+                HAVING pg_catalog.count(*) FILTER (WHERE r.state::text IN ('succeeded'::text, 'failed'::text)) > 0
+                 ORDER BY 2;
+            CONTINUE;
+        END IF;
         RETURN QUERY
             SELECT v_queue, pg_catalog.date_trunc('minute'::text, h.processed_at),
                    pg_catalog.count(*) FILTER (WHERE h.outcome::text = 'committed'::text),

@@ -62,6 +62,7 @@ REVOKE EXECUTE ON FUNCTION
     queue_ingest_flush FROM PUBLIC;
 
 -- Routines added since 0.1.0, one statement each (in the order of their files).
+REVOKE EXECUTE ON FUNCTION queue_kind_stats FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION queue_results FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION queue_purge_results FROM PUBLIC;
 
