@@ -198,10 +198,9 @@ def _calls_of(dsn: str, sql: str, params: tuple):
     return rows, calls
 
 
+@pytest.mark.only_dialect("postgresql")  # PostgreSQL's function statistics count the calls
 @pytest.mark.parametrize("feature", FEATURES)
 def test_a_reserve_and_its_batch_commit_call_no_routine_a_message(dsn, db, dialect, feature):
-    if dialect != "postgresql":
-        pytest.skip("PostgreSQL's function statistics")
     queue = set_up(db, feature, BACKLOG)
     # the steady state: a round reserved and committed first (a limit's slots then hold ended holders)
     queue.commit_many(queue.reserve(n=64, timeout=60))
