@@ -16,7 +16,6 @@ import contextlib
 import datetime as dt
 import functools
 import importlib.util
-import inspect
 import itertools
 import json
 import multiprocessing as mp
@@ -179,42 +178,6 @@ class PyQueueCommitReserve(PyQueue):
         done = 1 if self.held is not None else 0
         self.held = got[0] if got else None
         return done
-
-
-class _Async:  # an async API run from the synchronous client loop, an event loop per client process
-    def run(self, coro):
-        return self.loop.run_until_complete(coro)
-
-    def run_maybe(self, value):
-        return self.run(value) if inspect.isawaitable(value) else value
-
-
-class _Awaited:  # an async object whose coroutine methods are called as plain ones, each run to its end
-    def __init__(self, target, run):
-        self._target, self._run = target, run
-
-    def __getattr__(self, name: str):
-        method = getattr(self._target, name)
-        return lambda *args, **kwargs: self._run(method(*args, **kwargs))
-
-
-class PyQueueAsync(_Async, PyQueue):
-    """pyqueue-sql's async client (pyqueue_sql.aio), with PyQueue's calls, on the process's loop."""
-
-    name = "pyqueue async"
-    calls = {w: c + ", async client" for w, c in PyQueue.calls.items()}
-
-    def open(self, dsn: str) -> None:
-        from pyqueue_sql import aio
-
-        self.loop = asyncio.new_event_loop()
-        self.db = self.run_maybe(aio.connect(dsn))
-        self.q = _Awaited(self.db.queue(QUEUE), self.run)
-        self.worker = f"bench-{os.getpid()}"
-
-    def close(self) -> None:
-        self.run_maybe(self.db.close())
-        self.loop.close()
 
 
 class Previous(PyQueue):
@@ -446,7 +409,7 @@ class Pgmq(System):
         return len(ids)
 
 
-class PGQueuer(_Async, System):
+class PGQueuer(System):
     """PGQueuer through its async Queries API (enqueue / dequeue / log_jobs) on psycopg async."""
 
     name = needs = "pgqueuer"
@@ -457,6 +420,9 @@ class PGQueuer(_Async, System):
         "push_batch": "`Queries.enqueue` with lists of 100",
         "reserve_ack_batch": "`dequeue(batch_size=100)` + `log_jobs`",
     }
+
+    def run(self, coro):  # the async API run to its end on the client process's event loop
+        return self.loop.run_until_complete(coro)
 
     async def _queries(self, dsn: str):
         import psycopg
@@ -504,10 +470,9 @@ class PGQueuer(_Async, System):
         return len(jobs)
 
 
-_ALL = (InsertCeiling, PyQueue, PyQueueCommitReserve, PyQueueAsync, Previous, Pgmq, PGQueuer)
-_ALL += (HandRolled, Naive)
+_ALL = (InsertCeiling, PyQueue, PyQueueCommitReserve, Previous, Pgmq, PGQueuer, HandRolled, Naive)
 SYSTEMS: dict[str, type[System]] = {cls.name: cls for cls in _ALL}
-_OURS = ("INSERT ceiling", "pyqueue", "pyqueue commit_reserve", "pyqueue async")
+_OURS = ("INSERT ceiling", "pyqueue", "pyqueue commit_reserve")
 DEFAULT_SYSTEMS = {
     "postgresql": (*_OURS, "pgmq", "pgqueuer"),
     "mysql": (*_OURS, "SKIP LOCKED by hand", "naive (FOR UPDATE)"),
@@ -712,34 +677,12 @@ def markdown(results: list[dict], meta: dict) -> str:
             )
         head = "workload|system|one call is|msg/s (median)|range|vs best peer|push vs INSERT ceiling|CPU µs/msg: client + server"
         out += [*common.table(head.split("|"), cells, "lllr"), ""]
-    out += _async_table(results, meta)
     notes = [f"- {d}/{s}: {why}" for (d, s), why in sorted(meta["skipped"].items())]
     for r in (r for r in results if r.get("error")):
         notes.append(f"- {r['dialect']}/{r['system']}/{r['workload']} round {r['round']}: {r['error']}")
     if notes:
         out += ["Not measured:", "", *notes, ""]
     return "\n".join(out)
-
-
-def _async_table(results: list[dict], meta: dict) -> list[str]:
-    """The async client against the sync one and against PGQueuer's async API, per-round ratios."""
-    out: list[str] = []
-    for dialect in meta["dialects"]:
-        rows = []
-        for w in WORKLOADS:
-            if mine := _rates(results, dialect, "pyqueue async", w):
-                rows.append([LABEL[w], f"{statistics.median(mine.values()):,.0f}"])
-                for other in ("pyqueue", "pgqueuer"):
-                    r = _ratio(mine, _rates(results, dialect, other, w))
-                    rows[-1].append(f"{statistics.median(r):.2f}x" if r else "")
-        if rows:
-            head = ["workload", "pyqueue async msg/s", "vs pyqueue (sync)", "vs pgqueuer (async)"]
-            out += [
-                f"Async client ({dialect}): `pyqueue_sql.aio` against the sync client and PGQueuer's async API",
-                "",
-            ]
-            out += [*common.table(head, rows, "lr"), ""]
-    return out
 
 
 SETTINGS = {  # the server's settings the report names
@@ -830,7 +773,6 @@ def main(argv: list[str] | None = None) -> int:
         ("--dialects", "postgresql,mysql", "comma-separated"),
         ("--systems", None, "comma-separated, of: " + ", ".join(SYSTEMS) + " (default: the dialect's)"),
         ("--workloads", None, f"comma-separated (default {','.join(ALL_WORKLOADS)}; ab, profile: 4)"),
-        ("--no-async", False, "leave out the async client's row"),
         ("--out", None, "directory of bench.md/.json (default bench/latest; ab, profile: bench/results)"),
         ("--states", None, STATES_HELP),
         ("--previous-commit", None, "ab: a git commit whose sql/ to compare with"),
@@ -857,10 +799,6 @@ def main(argv: list[str] | None = None) -> int:
     args.dialects = common.names(args.dialects)
     args.workloads = common.names(args.workloads or ",".join(ALL_WORKLOADS))
     args.systems = common.names(args.systems, list(SYSTEMS), ap, "systems") or None
-    if args.no_async:
-        for d, v in DEFAULT_SYSTEMS.items():
-            DEFAULT_SYSTEMS[d] = tuple(s for s in v if s != "pyqueue async")
-        args.systems = [s for s in args.systems if s != "pyqueue async"] if args.systems else None
     out = args.out or os.path.join(HERE, "results" if args.quick or ab or args.profile else "latest")
     base = "ab" if ab else "profile" if args.profile else "bench"
     for state in states:
