@@ -13,14 +13,12 @@ import collections
 import contextlib
 import datetime as dt
 import functools
-import json
 import math
 import multiprocessing as mp
 import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,14 +35,6 @@ MAX_ATTEMPTS, LEASE, CONCURRENCY, RELEASE_DEAD_AFTER, SHUTDOWN_TIMEOUT = 5, 6.0,
 KILL_EVERY, SAMPLE_EVERY, DRAIN_TIMEOUT = (2.0, 6.0), 10.0, 180.0  # s: between kills, samples; the drain
 TABLES = ("pyqueue_message", "pyqueue_history", "pyqueue_worker", "pyqueue_notify", "pyqueue_queue")
 now = time.monotonic
-
-
-def rss_kb(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), None)
-    except OSError:
-        return None
 
 
 def rate_factor(t: float, seed: int) -> float:
@@ -247,18 +237,14 @@ class Fleet:
         self.slots.clear()
         self.stopping.clear()
 
-    def live(self) -> list[WorkerProc]:
-        return list(self.slots.values()) + list(self.stopping)
-
 
 class Probe:
     """Plain SQL on the soak database (autocommit) for the samples and the final accounting."""
 
     def __init__(self, dialect: str, dsn: str, queue: str, dlq: str):
-        self.dialect, self.dsn, self.queue, self.dlq = dialect, dsn, queue, dlq
+        self.queue, self.dlq = queue, dlq
         self.conn = common.raw_connect(dialect, dsn)
         self.db = pyqueue_sql.client.Database.wrap(self.conn)
-        self.dbname = dsn.rsplit("/", 1)[1]
 
     def rows(self, sql: str, params: tuple = ()) -> list:
         return common.query(self.conn, sql, params)
@@ -271,27 +257,6 @@ class Probe:
         s, d = self.db.queue(self.queue).stats(), self.db.queue(self.dlq).stats()
         out = dict(ready=s.ready, delayed=s.delayed, reserved=s.reserved, dead=s.dead)
         return out | {"dlq_ready": d.ready + d.delayed + d.reserved}
-
-    def tables(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        if self.dialect == "postgresql":
-            for name, size, live, dead in self.rows(
-                "SELECT c.relname, pg_total_relation_size(c.oid), coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0) "
-                "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.relkind = 'r' AND c.relname = ANY(%s)",
-                (list(TABLES),),
-            ):
-                out[name] = {"bytes": int(size), "live_tup": int(live), "dead_tup": int(dead)}
-        else:
-            for name, data, index, free in self.rows(
-                "SELECT table_name, data_length, index_length, data_free FROM information_schema.TABLES "
-                f"WHERE table_schema = %s AND table_name IN ({', '.join(['%s'] * len(TABLES))})",
-                (self.dbname, *TABLES),
-            ):
-                out[name] = {"bytes": int(data) + int(index), "data_free": int(free or 0)}
-        for name in TABLES[:3]:
-            if name in out:
-                out[name]["rows"] = int(self.rows(f"SELECT count(*) FROM {name}")[0][0])
-        return out
 
     def vacuum(self) -> float:
         started = now()
@@ -327,29 +292,6 @@ def read_runlogs(workdir: str) -> dict[str, Any]:
                     if parts[4] == "ok":
                         ok_keys.add(parts[1])
     return dict(starts=starts, ends=ends, results=results, ok_keys=ok_keys, runs_by_kind=runs_by_kind)
-
-
-def read_worker_logs(procs: list[WorkerProc]) -> dict[str, Any]:
-    """The workers' JSON log lines counted by level and event, a few of each notable event kept."""
-    levels, events, handler_errors = collections.Counter(), collections.Counter(), collections.Counter()
-    samples: dict[str, list[str]] = collections.defaultdict(list)
-    for w in procs:
-        with open(w.log_path) as f:
-            for line in filter(None, map(str.strip, f)):
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    entry = {"level": "?", "event": "unparsed"}
-                levels[entry.get("level", "?")] += 1
-                event = entry.get("event", "-")
-                events[event] += 1
-                if event == "rollback":
-                    handler_errors[str(entry.get("error", "")).split(":", 1)[0]] += 1
-                notable = event in ("unparsed", "reconnect", "error", "deadline", "abandon", "released")
-                if (notable or entry.get("level") in ("error", "critical")) and len(samples[event]) < 3:
-                    samples[event].append(line[:600])
-    counts = dict(levels=levels, events=events, handler_errors=handler_errors, samples=samples)
-    return {name: dict(counter) for name, counter in counts.items()}
 
 
 def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -393,12 +335,9 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             done = sum(outc.values())
             thr = None if prev[1] is None else round((done - prev[0]) / max(t - prev[1], 1e-6), 1)
             prev = (done, t)
-            rss = ((w, rss_kb(w.pid)) for w in fleet.live())
-            workers = [{"slot": w.slot, "gen": w.gen, "rss_kb": kb} for w, kb in rss if kb is not None]
             s = dict(t=round(t, 1), phase=phase, acked=sum(a.value for a in acked))
             s |= dict(producer_errors=sum(e.value for e in perrs), outcomes=outc, processed_per_s=thr)
-            s |= dict(queue=probe.stats(), tables=probe.tables(), workers=workers, kills=dict(fleet.kills))
-            s["loadavg"] = common.loadavg()
+            s |= dict(queue=probe.stats(), kills=dict(fleet.kills), loadavg=common.loadavg())
             samples.append(s)
             q = s["queue"]
             print(
@@ -447,8 +386,8 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         result |= dict(samples=samples, kills=kills, pg_vacuum_s=vacuums)
         result["unexpected_exits"] = fleet.unexpected_exits
         result["accounting"] = account(probe, fleet, key_files, workdir)
-        result["workers"] = summarize_workers(fleet, samples)
-        result["worker_logs"] = read_worker_logs(fleet.done)
+        exits = collections.Counter(f"{w.signal_sent or '-'} -> {w.returncode}" for w in fleet.done)
+        result["workers"] = {"processes_started": fleet.gen, "returncodes": dict(exits)}
         checks = result["accounting"]["checks"]
         checks["producers exited 0"] = all(p.exitcode == 0 for p in producers)
         checks["no worker died on its own"] = not fleet.unexpected_exits
@@ -558,29 +497,8 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> d
     return a
 
 
-def summarize_workers(fleet: Fleet, samples: list[dict]) -> dict[str, Any]:
-    """The RSS of the never-killed worker over the run (after its first minute: its trend)."""
-    series: dict[str, list] = collections.defaultdict(list)
-    for s in samples:
-        for w in s["workers"]:
-            series[f"w{w['slot']}-g{w['gen']}"].append((s["t"], w["rss_kb"]))
-    name, pts = max(series.items(), key=lambda kv: len(kv[1]), default=(None, []))
-    exits = collections.Counter(f"{w.signal_sent or '-'} -> {w.returncode}" for w in fleet.done)
-    out: dict[str, Any] = {"processes_started": fleet.gen, "returncodes": dict(exits)}
-    if pts:
-        steady = [p for p in pts if p[0] - pts[0][0] >= 60] or pts
-        ts, ys = [p[0] for p in steady], [p[1] for p in steady]
-        slope = statistics.linear_regression(ts, ys).slope if len(set(ts)) > 1 else 0.0  # (least squares)
-        rss = dict(rss_kb_first=pts[0][1], rss_kb_after_1min=steady[0][1], rss_kb_last=pts[-1][1])
-        rss |= dict(rss_kb_max=max(p[1] for p in pts), slope_kb_per_min_after_1min=round(slope * 60, 1))
-        out["long_lived"] = {"worker": name, **rss}
-        all_rss = [w["rss_kb"] for s in samples for w in s["workers"]]
-        out["rss_kb_all_workers"] = {"min": min(all_rss), "max": max(all_rss)}
-    return out
-
-
 def markdown(r: dict[str, Any], command: str) -> str:
-    a, st, wl = r["accounting"], r["settings"], r["worker_logs"]
+    a, st = r["accounting"], r["settings"]
     cut, redone = a["handler_runs_cut_by_kill"], a["redeliveries_after_kills"]
     kinds = [(k, *v.values()) for k, v in a["per_kind"].items()]
     lines = [
@@ -611,43 +529,9 @@ def markdown(r: dict[str, Any], command: str) -> str:
         f"Pushes that raised (outcome unknown): {a['uncertain_pushes']}; kills: {a['kills']}; workers started: "
         f"{r['workers']['processes_started']}; exits: {r['workers']['returncodes']}",
         "",
-        "## Errors",
-        "",
-        f"Worker log lines by level: {wl['levels']}  ",
-        f"by event: {wl['events']}  ",
-        f"handler exceptions (rollbacks) by type: {wl['handler_errors']}  ",
-        f"producer errors: {r['samples'][-1]['producer_errors']}; workers that died on their own: {len(r['unexpected_exits'])}",
-        "",
+        f"Producer errors: {r['samples'][-1]['producer_errors']}; workers that died on their own: "
+        f"{len(r['unexpected_exits'])}.",
     ]
-    ll = r["workers"].get("long_lived")
-    if ll:
-        lines += [
-            "## Memory",
-            "",
-            f"Long-lived worker {ll['worker']} (never killed): RSS {ll['rss_kb_first']} kB at start, "
-            f"{ll['rss_kb_after_1min']} kB after 1 min, {ll['rss_kb_last']} kB at the end, max {ll['rss_kb_max']} kB; "
-            f"trend after the first minute {ll['slope_kb_per_min_after_1min']} kB/min.  ",
-            f"All worker processes: RSS {r['workers']['rss_kb_all_workers']} kB.",
-            "",
-        ]
-    rows = []
-    for s in r["samples"]:
-        q, o, tb = s["queue"], s["outcomes"], s["tables"]
-        mine = [w["rss_kb"] for w in s["workers"] if ll and f"w{w['slot']}-g{w['gen']}" == ll["worker"]]
-        rss = mine[0] if mine else ""
-        all_rss = [w["rss_kb"] for w in s["workers"]]
-        msg, hist = tb.get("pyqueue_message", {}), tb.get("pyqueue_history", {})
-        dead_tup = f", {msg['dead_tup']} dead" if "dead_tup" in msg else ""
-        rows.append((
-            f"{s['t']:.0f}", s["phase"], s["acked"], o.get("committed", 0), o.get("dead_lettered", 0),
-            q["ready"], q["delayed"], q["reserved"], s["processed_per_s"] if s["processed_per_s"] is not None else "",
-            rss, f"{min(all_rss)}-{max(all_rss)}" if all_rss else "",
-            f"{msg.get('bytes', 0) // 1024} kB, {msg.get('rows')} rows{dead_tup}",
-            f"{hist.get('bytes', 0) // 1024} kB, {hist.get('rows')} rows",
-            tb.get("pyqueue_worker", {}).get("rows"), sum(s["kills"].values()), s["loadavg"][0],
-        ))  # fmt: skip
-    header = "t s|phase|in|committed|dead|ready|delayed|reserved|msg/s|long-lived RSS kB|all workers RSS kB|message table|history table|worker rows|kills|load"
-    lines += ["## Time series (every sample)", "", *common.table(header.split("|"), rows, "rlrrrrrrrrlllrrr")]
     return "\n".join(lines) + "\n"
 
 
