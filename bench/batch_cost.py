@@ -27,10 +27,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUE = "bench"
 BATCH = 100
 
-# the secondary indexes (the integer queue id's copy rebuilds them)
-INDEXES = ("pyqueue_message_ready_idx", "pyqueue_message_due_idx", "pyqueue_message_group_idx")
-# the narrow set: the primary key and the ready index (the due index's reads served by it)
-NOT_NARROW = ("pyqueue_message_due_idx", "pyqueue_message_group_idx", "pyqueue_message_group_live_idx")
 COLUMNS = "queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at"
 SELECT = "SELECT %s, k, 'job', p, 0, now(), now(), now() FROM unnest(%s::text[], %s::jsonb[]) AS u(k, p)"
 # the routine's own INSERT (its first write): ids drawn in the batch's order, rows in key order
@@ -45,30 +41,21 @@ INT_QUEUE = (QUEUE_ID, "queue_id", "integer")  # the int copies' queue, its colu
 INT_COLUMNS = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID)  # their INSERT's columns, queue
 
 
-def _scratch(cur, name: str) -> None:
-    """A scratch copy of pyqueue_message: its columns, defaults, checks and indexes."""
-    cur.execute(f"DROP TABLE IF EXISTS {name}")
-    cur.execute(f"CREATE TABLE {name} (LIKE pyqueue_message INCLUDING ALL) WITH (fillfactor = 80)")
-
-
-def _scratch_int(cur, name: str, drop: tuple[str, ...] = ()) -> None:
-    """A scratch copy of pyqueue_message with an integer queue id (queue_id) in place of the queue's
-    name, in the primary key and in every index the name leads, less the indexes in drop."""
-    cur.execute(f"DROP TABLE IF EXISTS {name}")
+def setup(cur) -> None:
+    """The scratch copies of pyqueue_message: scratch_all (its columns, defaults, checks and indexes) and
+    scratch_int_narrow (an integer queue id in place of the queue's name; the primary key and the ready
+    index only, the due index's reads served by it)."""
+    cur.execute("CREATE TABLE scratch_all (LIKE pyqueue_message INCLUDING ALL) WITH (fillfactor = 80)")
+    name = "scratch_int_narrow"
     cur.execute(
         f"CREATE TABLE {name} (LIKE pyqueue_message INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
         "INCLUDING IDENTITY INCLUDING STORAGE) WITH (fillfactor = 80)"
     )
     cur.execute(f"ALTER TABLE {name} DROP COLUMN queue_name, ADD COLUMN queue_id integer NOT NULL")
     cur.execute(f"ALTER TABLE {name} ADD PRIMARY KEY (queue_id, p_key, p_kind)")
-    for index in (*INDEXES, "pyqueue_message_group_live_idx"):
-        if index in drop:
-            continue
-        cur.execute("SELECT pg_get_indexdef(%s::regclass)", (index,))
-        (definition,) = cur.fetchone()
-        renamed = f"INDEX {name}_{index.removeprefix('pyqueue_message_')} ON {name}"
-        definition = re.sub(r"INDEX (\w+) ON \S+", renamed, definition)
-        cur.execute(definition.replace("(queue_name,", "(queue_id,"))
+    cur.execute("SELECT pg_get_indexdef('pyqueue_message_ready_idx'::regclass)")
+    definition = re.sub(r"INDEX (\w+) ON \S+", f"INDEX {name}_ready_idx ON {name}", cur.fetchone()[0])
+    cur.execute(definition.replace("(queue_name,", "(queue_id,"))
 
 
 # the routine's table in the second database, whose due index is dropped
@@ -140,11 +127,6 @@ def drain_once(cur, q, bare, how: str, table: str, since=None) -> int:
             (queue, [r[0] for r in rows], [r[1] for r in rows], [r[3] for r in rows]),
         )
     return len(rows)
-
-
-def setup(cur) -> None:
-    _scratch(cur, "scratch_all")
-    _scratch_int(cur, "scratch_int_narrow", drop=NOT_NARROW)
 
 
 def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> int:
@@ -344,7 +326,7 @@ def summarize(results: list[dict], meta: dict) -> str:
 MY_BULK = 5000
 MY_ROW = "(%s, %s, 'job', %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
 LEAN = "lean:pyqueue_message"  # the routine's table in a database of its own, with its key indexes only
-DROP_SECONDARY = ", ".join(f"DROP INDEX {i}" for i in INDEXES)
+DROP_SECONDARY = ", ".join(f"DROP INDEX pyqueue_message_{i}_idx" for i in ("ready", "due", "group"))
 
 
 # (name, what one call runs, the table to churn) of every MariaDB variant

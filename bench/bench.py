@@ -37,10 +37,27 @@ WORKLOADS = ("push", "reserve_ack", "push_batch", "reserve_ack_batch")
 BULK_WORKLOADS = ("push_bulk",)
 ALL_WORKLOADS = WORKLOADS + BULK_WORKLOADS
 CONSUMING = ("reserve_ack", "reserve_ack_batch")
+STATES = ("fresh", "churned")
 BATCH = 100
 BULK = 5000
 QUEUE = "bench"
 HERE = os.path.dirname(os.path.abspath(__file__))
+FUNCTIONS = (
+    "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"  # --profile's counters
+)
+LABEL = {
+    "push": "push (1/call)",
+    "reserve_ack": "reserve+ack (1/call)",
+    "push_batch": f"push batch ({BATCH})",
+    "reserve_ack_batch": f"reserve+ack batch ({BATCH})",
+    "push_bulk": f"bulk enqueue ({BULK:,}/call)",
+}
+_of = operator.itemgetter("dialect", "system", "workload")
+SETTINGS = {  # the server's settings the report names
+    "postgresql": "server_version synchronous_commit fsync wal_sync_method shared_buffers autovacuum",
+    "mysql": "version innodb_flush_log_at_trx_commit sync_binlog log_bin innodb_buffer_pool_size "
+    "transaction_isolation tx_isolation",
+}
 
 
 def _payload(i: Any) -> str:
@@ -190,9 +207,6 @@ class Previous(PyQueue):
 
     def setup(self, dsn: str) -> None:
         common.install_commit(self.dialect, dsn, self.commit)
-
-
-FUNCTIONS = "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
 
 
 def profile_lines(dsn: str, before: dict) -> tuple[dict, list[str]]:
@@ -519,11 +533,6 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
         results.put((index, 0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))
 
 
-STATES = ("fresh", "churned")
-STATES_HELP = """comma-separated: fresh (emptied, VACUUM ANALYZE: bench.md), churned (drained, pushed
-and drained again, nothing vacuumed: bench-churned.md); default both (ab, profile: fresh)"""
-
-
 def churn(system_cls, dialect: str, dsn: str, n: int) -> int:
     """A churned queue (bench/README.md, Method): what the last measurement left drained, then n
     messages pushed and drained again by the system's own batch calls. Returns the messages drained."""
@@ -570,18 +579,6 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state
         if server0 is not None and server1 is not None:
             out["server_cpu_us"] = round((server1 - server0) / count * 1e6, 1)
     return out
-
-
-LABEL = {
-    "push": "push (1/call)",
-    "reserve_ack": "reserve+ack (1/call)",
-    "push_batch": f"push batch ({BATCH})",
-    "reserve_ack_batch": f"reserve+ack batch ({BATCH})",
-    "push_bulk": f"bulk enqueue ({BULK:,}/call)",
-}
-
-
-_of = operator.itemgetter("dialect", "system", "workload")
 
 
 def _rates(
@@ -685,13 +682,6 @@ def markdown(results: list[dict], meta: dict) -> str:
     return "\n".join(out)
 
 
-SETTINGS = {  # the server's settings the report names
-    "postgresql": "server_version synchronous_commit fsync wal_sync_method shared_buffers autovacuum",
-    "mysql": "version innodb_flush_log_at_trx_commit sync_binlog log_bin innodb_buffer_pool_size "
-    "transaction_isolation tx_isolation",
-}
-
-
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     keys = "rounds messages bulk_messages cap clients dialects state against"
     meta: dict[str, Any] = {k: getattr(args, k) for k in keys.split()}
@@ -740,8 +730,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                 for sname in common.rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd):
                     r = {"dialect": dialect, "system": sname, "workload": w, "round": rnd}
                     n = args.bulk_messages if w in BULK_WORKLOADS else args.messages
-                    how = (dialect, dsns[sname], w, args.clients, n, args.cap, pids.get(dialect))
-                    how += (args.state,)
+                    how = (dialect, dsns[sname], w, args.clients, n, args.cap, pids.get(dialect), args.state)
                     counters = profile_lines(dsns[sname], {})[0] if args.profile else {}
                     try:
                         r.update(measure(SYSTEMS[sname], *how))
@@ -774,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--systems", None, "comma-separated, of: " + ", ".join(SYSTEMS) + " (default: the dialect's)"),
         ("--workloads", None, f"comma-separated (default {','.join(ALL_WORKLOADS)}; ab, profile: 4)"),
         ("--out", None, "directory of bench.md/.json (default bench/latest; ab, profile: bench/results)"),
-        ("--states", None, STATES_HELP),
+        ("--states", None, "comma-separated: fresh, churned (README, Method); default both (ab: fresh)"),
         ("--previous-commit", None, "ab: a git commit whose sql/ to compare with"),
         ("--profile", False, "PostgreSQL: each routine's calls and server time per call"),
     )
@@ -782,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
     ab = bool(args.previous_commit)
     Previous.commit = args.against = args.previous_commit
     if ab or args.profile:
-        args.systems = args.systems or ",".join(["pyqueue", *(["previous revision"] if ab else [])])
+        args.systems = args.systems or ("pyqueue,previous revision" if ab else "pyqueue")
         args.workloads = args.workloads or ",".join(WORKLOADS)
         args.states = args.states or "fresh"
     if args.profile and "postgresql" not in args.dialects:

@@ -35,6 +35,9 @@ PROCESSES = 2
 BATCH = [100]  # the batch task's size (--batch)
 CONCURRENCY = 16
 POLL = 0.02
+STATES = ("fresh", "churned")
+COLUMNS = "cpu_us_per_job server_cpu_us_per_job spawn_rate life_cpu_us_per_job spawn_first_job_s".split()
+CLI_TARGETS = {"pyqueue-tasks": "app", "pyqueue-batch": "batch_app"}  # `pyqueue-sql worker`'s; else plain
 
 WORKLOADS = {
     # name: (jobs, handler sleep in ms, jobs in --quick)
@@ -89,17 +92,13 @@ class System:
     def worker(self, dsn: str, sleep_ms: float) -> tuple[list[str], dict | None]:
         """A worker process's command and environment (None: this one's)."""
         if self.kind == "cli":  # as users start it; the DSN from $PYQUEUE_DSN
-            target = {"pyqueue-tasks": "app", "pyqueue-batch": "batch_app"}.get(
-                self.name, "plain --queue burndown"
-            )
+            target = CLI_TARGETS.get(self.name, "plain --queue burndown")
             cli = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
             env = os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
             env["BENCH_BATCH"] = str(BATCH[0])
             return [cli, *f"worker bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()], env
         if self.kind == "py":
-            return self._command(
-                "work", dsn, "--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms)
-            ), None
+            return self._command("work", dsn, f"--concurrency={CONCURRENCY}", f"--sleep-ms={sleep_ms}"), None
         return self._command("work", dsn, str(CONCURRENCY), str(sleep_ms)), None
 
 
@@ -222,10 +221,6 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             c.close()
 
 
-STATES = ("fresh", "churned")
-COLUMNS = "cpu_us_per_job server_cpu_us_per_job spawn_rate life_cpu_us_per_job spawn_first_job_s".split()
-
-
 def measure(system: System, workload: str, jobs: int, cap: float, state: str = "fresh") -> dict:
     """One drain, of a fresh queue (the backlog enqueued, then VACUUM ANALYZE) or a churned one (the
     backlog enqueued, drained by the same workers uncounted, enqueued again, nothing vacuumed)."""
@@ -323,10 +318,8 @@ def _vacuum_settings(dialects: list[str]) -> str:
 
 
 def _bytecode() -> None:
-    """The Python workers start from bytecode caches, as an installed package does (pip writes them):
-    where PYTHONDONTWRITEBYTECODE is set, as in many container images, every worker process compiled
-    pyqueue_sql and bench/ from source again (about 0.1 s of a quiet start), a cost no user's deploy
-    pays. Written now (__pycache__, git-ignored), the processes inherit the setting."""
+    """The workers start from bytecode caches, as an installed package does (pip writes them), also where
+    PYTHONDONTWRITEBYTECODE is set (a compile of ~0.1 s a start no user's deploy pays)."""
     import compileall
 
     import pyqueue_sql
@@ -350,11 +343,7 @@ def main() -> None:
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
         ("--name", None, "the results' file name (default burndown, burndown-batch, burndown-features)"),
         ("--batch", 0, "`pyqueue-sql worker`: an @app.task against the same job as a batch task of N"),
-    )
-    ap.add_argument(
-        "--features",
-        help="`pyqueue-sql worker` on a queue with each feature, as a ratio of plain: "
-        + ",".join(common.FEATURES),
+        ("--features", None, "`pyqueue-sql worker` with each on, to plain: " + ",".join(common.FEATURES)),
     )
     args = ap.parse_args()
     BATCH[0] = args.batch or BATCH[0]

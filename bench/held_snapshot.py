@@ -47,7 +47,6 @@ def _plain(dialect: str, dsn: str):
     job = HandRolled(dialect)
     job.open(dsn)
     k = iter(range(1 << 62))
-
     return (
         lambda: job.push_batch([f"m{next(k)}" for _ in range(BATCH)]),
         lambda: job._reserve(BATCH),
@@ -94,16 +93,12 @@ def _insert(conn, dialect: str, table: str, k) -> None:
     conn.commit()
 
 
-def _open(dialect: str, dsn: str):
-    return common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
-
-
 def _rotate(dialect: str, dsn: str):
     """SEGMENTS job tables in turn: rotor holds the one the pushes go to (current, changed every
     PERIOD s unless the next is still in use) and the oldest in use; the reserve reads them oldest
     first. A segment no longer current that reads empty is emptied by TRUNCATE TABLE (a new table:
     no dead row or index entry left behind for purge or vacuum) and the next becomes the oldest."""
-    conn, auto = _open(dialect, dsn)
+    conn, auto = common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
     sql, now, k = ROTATE[dialect], NOW[dialect], iter(range(1 << 62))
     common.query(auto, sql["wait"])  # TRUNCATE's lock (metadata; ACCESS EXCLUSIVE): later, not wait
     rotor = f"SELECT current, oldest, since <= {now} - INTERVAL '{PERIOD}' SECOND FROM rotor WHERE id = 1 {sql['share']}"  # fmt: skip
@@ -164,7 +159,7 @@ def _leased(dialect: str, dsn: str):
     The reserve reads from a mark, the first row its last read found (kept by the client: what a
     routine would keep in the session), and from the start when fewer than BATCH turn up there or
     20 times the last read from the start after it (at most 60 s), as pyqueue-sql's mark does."""
-    conn, auto = _open(dialect, dsn)
+    conn, auto = common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
     now, k = NOW[dialect], iter(range(1 << 62))
     mark = {"at": None, "id": None, "full": 0.0}
     read = (f"SELECT id, run_at FROM leased {{}} WHERE {{}} run_at <= {now} AND (leased_until IS NULL OR leased_until <= {now}) "
@@ -206,13 +201,7 @@ def _pgmq(dialect: str, dsn: str):
     )
 
 
-SYSTEMS = {
-    "pyqueue": _pyqueue,
-    "plain": _plain,
-    "pgmq": _pgmq,
-    "rotate": _rotate,
-    "leased": _leased,
-}
+SYSTEMS = {"pyqueue": _pyqueue, "plain": _plain, "pgmq": _pgmq, "rotate": _rotate, "leased": _leased}
 NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pgmq",
          "rotate": f"{SEGMENTS} rotating job tables",
          "leased": "job table, lease in a column, read from a mark"}  # fmt: skip
@@ -426,17 +415,8 @@ def main(argv=None) -> int:
         ("--dialect", ("postgresql", "mysql"), "the server"),
         ("--minutes", 10.0, "how long the snapshot is held (default 10)"),
         ("--before", 60.0, "seconds of load before the hold, the baseline from 10 s (or a third) on"),
-        (
-            "--systems",
-            "",
-            "comma-separated, of: pyqueue, plain, pgmq, rotate, leased (default: the first 3)",
-        ),
-        (
-            "--lease",
-            300,
-            "seconds a reserve leases its messages for, every system (default 300; "
-            "pyqueue-sql's default visibility timeout is 30)",
-        ),
+        ("--systems", "", f"comma-separated, of: {', '.join(SYSTEMS)} (default: the first 3)"),
+        ("--lease", 300, "seconds a reserve leases its messages for, every system (default 300)"),
         ("--out", "bench/results", "where held-snapshot-<dialect>.md and .json go"),
     )
     args = ap.parse_args(argv)

@@ -47,11 +47,8 @@ class Recorder:
         self.dialect, self.dsn, self.isolation, self.budget = dialect, dsn, isolation, budget
         self.out = open(path, "a", buffering=1)
         self.seq, self.db, self.t, self.local = 0, None, None, False
-        self.clock_sql = (
-            "SELECT extract(epoch FROM clock_timestamp())::float8"
-            if dialect == "postgresql"
-            else "SELECT UNIX_TIMESTAMP(SYSDATE(6))"
-        )
+        pg = dialect == "postgresql"
+        self.clock_sql = f"SELECT {'extract(epoch FROM clock_timestamp())::float8' if pg else 'UNIX_TIMESTAMP(SYSDATE(6))'}"
 
     def server_clock(self) -> float:
         return float(common.query(self.db.connection, self.clock_sql)[0][0])

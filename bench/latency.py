@@ -165,6 +165,7 @@ def run_stream(args) -> int:
     """--stream: rounds of this tree's SQL against --stream-sql's (if given), alternated."""
     sources = [None, args.stream_sql] if args.stream_sql else [None]
     rows, report = [], []
+    keys = "samples missing p50_ms p95_ms p99_ms max_ms push_p50_ms pushed_per_s backlog_jobs_per_s".split()
     for r in range(args.rounds):
         for sql in sources if r % 2 == 0 else sources[::-1]:
             with common.database("postgresql", "pick", install=sql is None) as dsn:
@@ -176,17 +177,10 @@ def run_stream(args) -> int:
                 )
             report.append({"round": r + 1, "sql": sql or "this tree", "load": load} | m)
             print(json.dumps(report[-1]), flush=True)
-            keys = "samples missing p50_ms p95_ms p99_ms max_ms push_p50_ms pushed_per_s backlog_jobs_per_s".split()
             rows.append((r + 1, sql or "this tree", load, *(m[k] for k in keys)))
-    head = (
-        "round|SQL|load|jobs|missing|p50 ms|p95 ms|p99 ms|max ms|push p50 ms|pushed/s|backlog jobs/s".split(
-            "|"
-        )
-    )
-    md = [f"`{common.command()}`", "", *common.table(head, rows, "llrrrrrrrrrr")]
-    common.write(
-        args.out, time.strftime("pickup-%Y-%m-%dT%H%M%SZ", time.gmtime()), "\n".join(md) + "\n", report, ""
-    )
+    head = "round|SQL|load|jobs|missing|p50 ms|p95 ms|p99 ms|max ms|push p50 ms|pushed/s|backlog jobs/s"
+    md = [f"`{common.command()}`", "", *common.table(head.split("|"), rows, "llrrrrrrrrrr")]
+    common.write(args.out, common.now_utc("pickup-%Y-%m-%dT%H%M%SZ"), "\n".join(md) + "\n", report, "")
     return 0
 
 
@@ -199,11 +193,7 @@ def main(argv=None) -> int:
         ("--out", "bench/results", "where latency-<time>.{json,md} go"),
         ("--limited", -1, "only the limited reserve: this many of five kinds limited (8 consumers, 10 s)"),
         ("--limited-sql", None, "the limited reserve on this commit's SQL (an A/B)"),
-        (
-            "--stream",
-            -1.0,
-            "only pickup under a steady stream of this many jobs/s (PostgreSQL; 0: full speed)",
-        ),
+        ("--stream", -1.0, "only pickup under a stream of this many jobs/s (PostgreSQL; 0: full speed)"),
         ("--stream-seconds", 20.0, "how long the stream runs"),
         ("--stream-sql", None, "the stream also on this commit's SQL, rounds alternated (an A/B)"),
         ("--producers", 1, "producer sessions of the stream"),
@@ -223,7 +213,7 @@ def main(argv=None) -> int:
         rows = [(q, *(r[q][k] for k in ("samples", "p50_ms", "p99_ms"))) for q in ("limited", "free")]
         md = [f"{common.command()}; SQL {args.limited_sql or 'of this tree'}; load {r['loadavg_before']}", ""]
         md += common.table(["queue", "reserves", "p50 ms", "p99 ms"], rows, "lrrr")
-        common.write(args.out, time.strftime("limited-%Y-%m-%dT%H%M%SZ", time.gmtime()), "\n".join(md), r, "")
+        common.write(args.out, common.now_utc("limited-%Y-%m-%dT%H%M%SZ"), "\n".join(md), r, "")
         return 0
     report: dict = {"latency": {}}
     for dialect in args.dialect or ["postgresql", "mysql"]:
@@ -233,8 +223,7 @@ def main(argv=None) -> int:
     keys = ("samples", "p50_ms", "p95_ms", "p99_ms", "max_ms", "idle_client_queries_per_s")
     lines = common.table(["dialect", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "idle q/s"],
                          [(d, *(r[k] for k in keys)) for d, r in report["latency"].items()], "lrrrrrr")  # fmt: skip
-    stem = time.strftime("latency-%Y-%m-%dT%H%M%SZ", time.gmtime())
-    common.write(args.out, stem, "\n".join(lines) + "\n", report, tag="")
+    common.write(args.out, common.now_utc("latency-%Y-%m-%dT%H%M%SZ"), "\n".join(lines) + "\n", report, "")
     return 0
 
 

@@ -161,8 +161,8 @@ class WorkerProc(subprocess.Popen):
 class Fleet:
     """The worker processes, one per slot; slot 0 is never killed."""
 
-    def __init__(self, dsn: str, queue: str, n: int, workdir: str, t0: float):
-        self.dsn, self.queue, self.n, self.workdir, self.t0 = dsn, queue, n, workdir, t0
+    def __init__(self, dsn: str, queue: str, n: int, workdir: str):
+        self.dsn, self.queue, self.n, self.workdir = dsn, queue, n, workdir
         self.slots: dict[int, WorkerProc] = {}
         # stopping: got SIGTERM, not reaped yet
         self.stopping, self.done, self.unexpected_exits, self.gen = [], [], [], 0
@@ -202,10 +202,10 @@ class Fleet:
                 self.unexpected_exits.append(died)
                 self.start(slot)
 
-    def chaos_once(self, rng: random.Random) -> dict | None:
-        killable = [s for s in self.slots if s != 0]
-        if not killable:
-            return None
+    def chaos_once(self, rng: random.Random) -> None:
+        """SIGKILL (80 %) or SIGTERM to a worker of a slot but 0, and a new one in its place."""
+        if not (killable := [s for s in self.slots if s != 0]):
+            return
         slot = rng.choice(killable)
         w = self.slots.pop(slot)
         sig = signal.SIGKILL if rng.random() < 0.8 else signal.SIGTERM
@@ -217,8 +217,7 @@ class Fleet:
             self.done.append(w)
         else:
             self.stopping.append(w)
-        new = self.start(slot)
-        return dict(t=round(now() - self.t0, 1), slot=slot, signal=sig.name, pid=w.pid, new_pid=new.pid)
+        self.start(slot)
 
     def stop_all(self, timeout: float) -> None:
         procs = list(self.slots.values())
@@ -312,7 +311,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         probe = Probe(dialect, dsn, queue, dlq)
         result["server_version"] = str(probe.rows("SELECT version()")[0][0])
         t0, rng, load_s, ctx = now(), random.Random(args.seed), args.minutes * 60.0, mp.get_context("spawn")
-        fleet = Fleet(dsn, queue, args.workers, workdir, t0)
+        fleet = Fleet(dsn, queue, args.workers, workdir)
         fleet.start_all()
         time.sleep(1.0)
         acked, perrs = ([ctx.Value("q", 0) for _ in range(args.producers)] for _ in range(2))
@@ -323,7 +322,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
             producers.append(ctx.Process(target=producer_main, args=how))
             producers[-1].start()
         load_start = last_vacuum = now()
-        samples, kills, vacuums = [], [], []
+        samples, vacuums = [], []
         next_kill = now() + rng.uniform(*KILL_EVERY)
         last_sample, last_check, prev = -1e9, 0.0, (0, None)
         phase, drain_started, drained_at = "load", None, None
@@ -356,8 +355,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
                 fleet.start_all()
                 print(f"[{dialect}] load phase over; draining", flush=True)
             if phase == "load" and tnow >= next_kill:
-                if k := fleet.chaos_once(rng):
-                    kills.append(k)
+                fleet.chaos_once(rng)
                 next_kill = tnow + rng.uniform(*KILL_EVERY)
             every = args.pg_vacuum_every if dialect == "postgresql" else 0
             if every > 0 and tnow - last_vacuum >= every:
@@ -383,7 +381,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
         sample()
         drain = None if drained_at is None else round(drained_at - drain_started, 1)
         result["duration_s"] = {"load": round(load_s, 1), "drain": drain, "total": round(now() - t0, 1)}
-        result |= dict(samples=samples, kills=kills, pg_vacuum_s=vacuums)
+        result |= dict(samples=samples, pg_vacuum_s=vacuums)
         result["unexpected_exits"] = fleet.unexpected_exits
         result["accounting"] = account(probe, fleet, key_files, workdir)
         exits = collections.Counter(f"{w.signal_sent or '-'} -> {w.returncode}" for w in fleet.done)

@@ -31,6 +31,8 @@ from pyqueue_sql import App, Worker  # noqa: E402
 QUEUE = "burndown"
 # what each job waits: --sleep-ms, or BENCH_SLEEP_MS where the CLI imports this module
 SLEEP_S = float(os.environ.get("BENCH_SLEEP_MS") or 0) / 1000
+PGQUEUER_BATCH = 8  # PGQueuer requires max_concurrent_tasks >= 2 x batch_size (its default: 10)
+PGMQ_BATCH = 10  # pgmq has no runtime of its own: a read-batch/delete loop in threads
 
 
 def _sync(coro_fn):
@@ -85,7 +87,7 @@ def _app():
 
 
 @dataclasses.dataclass
-class Burn:  # one job of the batch task: its payload {"n": ...}, as the other systems'
+class Noop:  # one job's arguments, its payload {"n": ...}: awa's jobs and the batch task's items
     n: int
 
 
@@ -94,7 +96,7 @@ def _batch_app():
     app = App(queue=QUEUE)
 
     @app.task(batch=int(os.environ.get("BENCH_BATCH", "100")), kind="noop")
-    def noop(items: list[Burn]) -> None:
+    def noop(items: list[Noop]) -> None:
         plain(None)
 
     return app
@@ -111,9 +113,6 @@ def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
         for numbers in common.chunks(jobs):
             n, payloads = len(numbers), [json.dumps({"n": i}).encode() for i in numbers]
             client.run(client.q.enqueue(["noop"] * n, payloads, [0] * n))
-
-
-PGQUEUER_BATCH = 8  # PGQueuer requires max_concurrent_tasks >= 2 x batch_size (its default: 10)
 
 
 @_sync
@@ -158,11 +157,6 @@ async def procrastinate_work(dsn: str, concurrency: int) -> None:
         await app.run_worker_async(queues=[QUEUE], concurrency=concurrency, install_signal_handlers=False)
 
 
-@dataclasses.dataclass
-class Noop:  # awa's job arguments
-    n: int
-
-
 @_sync
 async def awa_install(dsn: str) -> None:  # what `awa migrate` (python -m awa migrate) runs, in a running loop
     import awa
@@ -189,9 +183,6 @@ async def awa_work(dsn: str, concurrency: int) -> None:
     await _async_ready()
     await client.start([(QUEUE, concurrency)])
     await asyncio.Event().wait()
-
-
-PGMQ_BATCH = 10  # pgmq has no runtime of its own: a read-batch/delete loop in threads
 
 
 def pgmq_enqueue(dsn: str, jobs: int) -> None:
@@ -285,7 +276,7 @@ def pyqueue_install(dsn: str) -> None:
     """The queue, with the feature of $BENCH_FEATURE (bench/burndown.py --features) set on it."""
     common.install_pyqueue(dsn, queue=QUEUE)
     with pyqueue_sql.connect(dsn) as db:
-        common.set_feature(db.queue(QUEUE), os.environ.get("BENCH_FEATURE", "plain"))
+        common.FEATURES[os.environ.get("BENCH_FEATURE", "plain")](db.queue(QUEUE))
 
 
 def pyqueue_enqueue(dsn: str, jobs: int) -> None:
