@@ -1,11 +1,6 @@
 """Batch cost: the server CPU of a batch push row and of a batch drain row, the routines against pgmq
-and plain statements on copies of the table; --dialects mysql: MariaDB's bulk enqueue. The variants
-and how to read the tables: bench/README.md, Batch cost.
-
-    python -m bench batch-cost                       # 7 rounds, 300 calls of 100 rows per variant
-    python -m bench batch-cost --quick               # 1 round, 20 calls
-    python -m bench batch-cost --dialects mysql      # the MariaDB part alone
-"""
+and plain statements on copies of the table; --dialects mysql: MariaDB's bulk enqueue; --sizes: the bulk
+enqueue side by side. The variants and how to read the tables: bench/README.md, Batch cost."""
 
 from __future__ import annotations
 

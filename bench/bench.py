@@ -1,12 +1,6 @@
 """Routines side by side: each system's calls for four workloads and a bulk enqueue, clients starting
-together, rounds interleaved; medians, ratios to the best peer, CPU per message. bench/README.md, Method.
-
-    python -m bench routines                     # both dialects, 3 rounds, 4 clients, 10,000 messages
-    python -m bench routines --quick             # 1 round, 2,000 messages, 3 s cap
-    python -m bench routines --rounds 5 --dialects mysql --workloads push,reserve_ack
-
-`ab` (--previous-commit C) and `profile` run this too: README, A/B and profile.
-"""
+together, rounds interleaved; medians, ratios to the best peer, CPU per message. bench/README.md, Method;
+`ab` (--previous-commit C) and `profile` run this too: README, A/B and profile."""
 
 from __future__ import annotations
 
@@ -533,21 +527,15 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
         results.put((index, 0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))
 
 
-def churn(system_cls, dialect: str, dsn: str, n: int) -> int:
-    """A churned queue (bench/README.md, Method): what the last measurement left drained, then n
-    messages pushed and drained again by the system's own batch calls. Returns the messages drained."""
-    with system_cls(dialect).opened(dsn) as system:
-        drained = sum(iter(system.take_ack_batch, 0))
-        system.prefill(dsn, n)
-        return drained + sum(iter(system.take_ack_batch, 0))
-
-
 def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state="fresh") -> dict:
     """One measurement: the system emptied (fresh) or churned, prefilled for a consuming workload,
     then the client processes from one barrier; the rate, and the CPU a message."""
     out: dict[str, Any] = {}
     if state == "churned" and "reserve_ack_batch" in system_cls.calls:  # it consumes: it can be drained
-        out["churned"] = churn(system_cls, dialect, dsn, n)
+        with system_cls(dialect).opened(dsn) as system:  # what the last one left drained, n pushed, drained
+            drained = sum(iter(system.take_ack_batch, 0))
+            system.prefill(dsn, n)
+            out["churned"] = drained + sum(iter(system.take_ack_batch, 0))
     else:  # fresh (and the INSERT ceiling, which does not consume): emptied, VACUUM ANALYZE
         system_cls(dialect).reset(dsn)
     if workload in CONSUMING:
@@ -581,9 +569,7 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state
     return out
 
 
-def _rates(
-    results: list[dict], dialect: str, system: str, workload: str, key: str = "rate"
-) -> dict[int, float]:
+def _rates(results: list[dict], dialect: str, system: str, workload: str, key="rate") -> dict[int, float]:
     """Round -> msg/s (or key: client_cpu_us, server_cpu_us) of one system on one workload."""
     return {r["round"]: r[key] for r in results if _of(r) == (dialect, system, workload) and r.get(key)}
 
@@ -643,9 +629,8 @@ def markdown(results: list[dict], meta: dict) -> str:
         out[0] += " **Churned queue** (bench/README.md, Method): never vacuumed, analyzed or truncated "
         out[0] += f"(autovacuum as the server is configured: {'; '.join(said) or 'not read'})."
     if meta.get("against"):
-        out[0] += (
-            f" **A/B**: pyqueue is this checkout's sql/, previous revision commit {meta['against']}; vs best peer = newest / previous."
-        )
+        out[0] += f" **A/B**: pyqueue is this checkout's sql/, previous revision commit {meta['against']}; "
+        out[0] += "vs best peer = newest / previous."
     for dialect in meta["dialects"]:
         rows = summarize(results, dialect, list(SYSTEMS))
         server = meta["servers"].get(dialect, {})

@@ -1,6 +1,5 @@
 """Burn-down: a backlog drained by each system's own worker runtime, as its users run it, rounds
-interleaved, ratios to the best peer within each round. Commands and method: bench/README.md, Burn-down.
-"""
+interleaved, ratios to the best peer within each round. Commands and method: bench/README.md, Burn-down."""
 
 from __future__ import annotations
 

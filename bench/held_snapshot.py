@@ -1,10 +1,7 @@
 """A queue at full churn while another session of the same database holds a snapshot (a report):
 one client per system runs push 50, reserve 50, settle 50 as fast as it can; after --before s a
 second session reads another table inside REPEATABLE READ (PostgreSQL) or START TRANSACTION WITH
-CONSISTENT SNAPSHOT (MySQL/MariaDB) and keeps it --minutes. Method and table: bench/README.md.
-
-    python -m bench held-snapshot --dialect mysql --minutes 30 --out bench/latest
-"""
+CONSISTENT SNAPSHOT (MySQL/MariaDB) and keeps it --minutes. Method and table: bench/README.md."""
 
 from __future__ import annotations
 

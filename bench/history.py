@@ -1,10 +1,6 @@
 """History: clients run a random mix of the contract's calls, each recorded with the server's clock,
 under faults with --faults; a checker then verifies the contract's guarantees over the history and
-names the calls of every violation (exit 1). bench/README.md, History.
-
-    python -m bench history --ops 1000000 --faults --dialect postgresql
-    python -m bench history --ops 20000 --dialect mysql --isolation "REPEATABLE READ"
-"""
+names the calls of every violation (exit 1). bench/README.md, History; figures: docs/reliability.md."""
 
 from __future__ import annotations
 

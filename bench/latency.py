@@ -1,11 +1,6 @@
 """Push -> handler-start latency of an idle Worker and its queries a second while idle; or a limited
-reserve's (--limited); or the pickup latency under a steady stream (--stream). bench/README.md, Latency.
-
-    python -m bench latency                       # both dialects
-    python -m bench latency --stream 800 --stream-sql main --rounds 3   # PostgreSQL, A/B alternated
-    python -m bench latency --dialect postgresql --samples 300
-    python -m bench latency --limited 5 --limited-sql COMMIT   # MariaDB, COMMIT's routines
-"""
+reserve's (--limited, MariaDB, --limited-sql COMMIT: an A/B); or the pickup latency under a steady stream
+(--stream, PostgreSQL, --stream-sql COMMIT: an A/B, rounds alternated). bench/README.md, Latency."""
 
 from __future__ import annotations
 

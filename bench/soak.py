@@ -1,10 +1,6 @@
 """Soak: minutes of mixed load while `pyqueue-sql worker` processes are killed and restarted at
-random, then an exact accounting by key. Exits 1 when the accounting fails (2 for a bad command
-line). What it checks and how to read its report: bench/README.md, Soak.
-
-    make soak                                   # 10 minutes, both dialects
-    python -m bench soak --minutes 1 --dialect postgresql --out bench/results
-"""
+random, then an exact accounting by key (`make soak`). Exits 1 when the accounting fails (2 for a bad
+command line). What it checks and how to read its report: bench/README.md, Soak."""
 
 from __future__ import annotations
 

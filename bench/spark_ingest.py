@@ -1,12 +1,7 @@
 """Spark bulk enqueue through queue_ingest against a plain JDBC append, side by side: plain, direct
 (straight into pyqueue_message), ingest (JDBC + the trigger / flush), load, bulk (COPY / LOAD DATA
-from Spark's Python workers), rerun (every row a duplicate). Method and figures: bench/spark.md.
-
-    python -m bench spark                      # 1M rows, both dialects
-    python -m bench spark --rows 200000 --dialect mysql --repeat 2
-
-Prints rows/s and ratios to plain; results also go to bench/results/spark_ingest.json.
-"""
+from Spark's Python workers), rerun (every row a duplicate): rows/s and ratios to plain, also in
+bench/results/spark_ingest.json. Method and figures: bench/spark.md."""
 
 from __future__ import annotations
 

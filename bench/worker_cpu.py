@@ -1,11 +1,6 @@
 """Worker CPU: what one no-op job costs pyqueue-sql's threaded worker built as `pyqueue-sql worker`
-builds it, and its server sessions, variants alternated (bare_loop: the floor). bench/README.md, Worker CPU.
-
-    python -m bench worker-cpu                        # 5 rounds of 20,000 jobs per variant
-    python -m bench worker-cpu --quick                # 1 round of 2,000
-    python -m bench worker-cpu --rounds 3 --variant bare
-    python -m bench worker-cpu --rounds 3 --variant asyncio   # AsyncWorker, an async def no-op
-"""
+builds it, and its server sessions, variants alternated (--variant bare: bare_loop, the floor; --variant
+asyncio: AsyncWorker, an async def no-op). bench/README.md, Worker CPU."""
 
 from __future__ import annotations
 
@@ -131,8 +126,7 @@ def main() -> None:
         ("--quick", False, "1 round of 2,000 jobs; writes to bench/results/"),
         ("--out", None, "directory of worker-cpu.md/.json (default bench/latest, --quick bench/results)"),
     )
-    help = "bare: bare_loop, the floor; asyncio: AsyncWorker with an async def no-op"
-    ap.add_argument("--variant", action="append", default=[], choices=("bare", "asyncio"), help=help)
+    ap.add_argument("--variant", action="append", default=[], choices=("bare", "asyncio"))
     args = ap.parse_args()
     common.exit_on_sigterm()
     if args.quick:
@@ -165,16 +159,14 @@ def main() -> None:
                     tracing._api = None
                 results.append({"round": rnd + 1, "variant": variant, **r})
                 print(
-                    f"worker-cpu: round {rnd + 1} {variant}: {r['cpu_us_per_job']:.1f} µs a job, "
-                    f"server sessions {r['server_cpu_us_per_job']:.1f}, {r['rate']:,.0f} jobs/s",
-                    flush=True,
+                    f"worker-cpu: round {rnd + 1} {variant}: {r['cpu_us_per_job']:.1f} µs a job", flush=True
                 )
     meta["load_after"] = common.loadavg()
-    rows = []
-    for variant in settings_of:
-        rs = [r for r in results if r["variant"] == variant]
-        figures = [("cpu_us_per_job", ".1f"), ("server_cpu_us_per_job", ".1f"), ("rate", ",.0f")]
-        rows.append([variant, *(common.spread([r[k] for r in rs], fmt) for k, fmt in figures)])
+    figures = [("cpu_us_per_job", ".1f"), ("server_cpu_us_per_job", ".1f"), ("rate", ",.0f")]
+    rows = [
+        [v, *(common.spread([r[k] for r in results if r["variant"] == v], fmt) for k, fmt in figures)]
+        for v in settings_of
+    ]
     md = [
         "# Worker CPU: what one job costs the threaded worker, as the CLI builds it",
         "",

@@ -1,13 +1,7 @@
-"""The Python systems of the burn-down (bench/burndown.py): install, bulk enqueue and one worker
-process each, every one through the system's own API, as its users run it.
-
-    python bench/peers/py_workers.py install SYSTEM DSN
-    python bench/peers/py_workers.py enqueue SYSTEM DSN JOBS
-    python bench/peers/py_workers.py work SYSTEM DSN --concurrency 16 --sleep-ms 10
-
-`work` prints `ready` once the worker is built and runs it from the next line on its standard input
-(the burn-down's clock starts there) until killed; the handler does nothing or waits --sleep-ms.
-"""
+"""The Python systems of the burn-down (bench/burndown.py): `install SYSTEM DSN`, `enqueue SYSTEM DSN
+JOBS` and `work SYSTEM DSN`, each through the system's own API. `work` prints `ready` once the worker is
+built and runs it from the next line on its standard input until killed; the handler does nothing or
+waits --sleep-ms."""
 
 from __future__ import annotations
 
