@@ -64,10 +64,9 @@ def _deadlock(exc: Exception) -> bool:
 
 
 class System:
-    """setup(dsn) once per fresh database, reset(dsn) before a measurement, prefill(dsn, n) for the
-    consuming workloads; in each client process open(dsn) / close() and the calls push(key, i),
-    push_batch(keys), take_ack() and take_ack_batch() -> messages done (0 when none was there).
-    role: "ours", "peer" or "ceiling"; calls: what one call of each workload runs."""
+    """setup(dsn) once per fresh database, reset(dsn) before a measurement, prefill(dsn, n) for the consuming
+    workloads; in each client process open(dsn) / close(), push(key, i), push_batch(keys), take_ack() and
+    take_ack_batch() -> messages done. role: "ours", "peer" or "ceiling"; calls: a workload's one call."""
 
     name = ""
     role = "peer"
@@ -217,9 +216,8 @@ def profile_lines(dsn: str, before: dict) -> tuple[dict, list[str]]:
 
 
 class InsertCeiling(System):
-    """What a single push can approach: one autocommit INSERT of one row into a plain table.
-    PostgreSQL: (id identity primary key, payload jsonb). MySQL/MariaDB: INSERT IGNORE into
-    (id primary key, msg_key unique, payload JSON), the least a push with dedup can do."""
+    """What a single push can approach: one autocommit INSERT of one row into a plain table (MySQL/MariaDB:
+    INSERT IGNORE with a unique msg_key, the least a push with dedup can do)."""
 
     name = "INSERT ceiling"
     role = "ceiling"

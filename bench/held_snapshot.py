@@ -25,6 +25,7 @@ HORIZON = {  # the server's own figure of what the snapshot holds back
     "mysql": ("history list length",
               "SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'"),
 }  # fmt: skip
+HOLD = {"mysql": "START TRANSACTION WITH CONSISTENT SNAPSHOT", "postgresql": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}  # fmt: skip
 
 
 def _pyqueue(dialect: str, dsn: str):
@@ -150,12 +151,9 @@ def _rotate(dialect: str, dsn: str):
 
 
 def _leased(dialect: str, dsn: str):
-    """A job table whose claim leaves its ready index alone: the lease's end goes into a column of
-    its own (leased_until, not indexed), so a settled row's entry stays where it was ready, behind
-    what is still to be read, never ahead of the ready range's end as a lease moved into run_at is.
-    The reserve reads from a mark, the first row its last read found (kept by the client: what a
-    routine would keep in the session), and from the start when fewer than BATCH turn up there or
-    20 times the last read from the start after it (at most 60 s), as pyqueue-sql's mark does."""
+    """A job table whose claim leaves its ready index alone (the lease's end in leased_until, not indexed),
+    read from a mark, the first row its last read found, and from the start when fewer than BATCH turn up
+    there or 20 times the last read from the start after it (at most 60 s), as pyqueue-sql's mark is."""
     conn, auto = common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
     now, k = NOW[dialect], iter(range(1 << 62))
     mark = {"at": None, "id": None, "full": 0.0}
@@ -206,9 +204,8 @@ ONLY = {"pgmq": "postgresql"}  # the systems of one dialect
 
 
 def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) -> None:
-    """One client: push, reserve (timed), settle until stop, counting what the settle reports it
-    settled; the times sent every half second, its own CPU seconds kept in cpu, its server sessions'
-    pids or thread ids put in sessions."""
+    """One client: push, reserve (timed), settle until stop, counting what the settle settled; the times
+    sent every half second, its CPU seconds in cpu, its server sessions' pids or thread ids in sessions."""
     push, reserve, settle, conns = SYSTEMS[name](dialect, dsn)
     for conn, session in zip(conns, sessions):
         session.value = common.session_id(dialect, conn)
@@ -272,15 +269,6 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
         common.execute(dialect, dsn, f"CREATE TABLE rotor (id int PRIMARY KEY, current int NOT NULL, oldest int NOT NULL, since {ROTATE[dialect]['since']} NOT NULL)",
                        f"INSERT INTO rotor VALUES (1, 0, 0, {NOW[dialect]})")  # fmt: skip
     common.execute(dialect, dsn, "CREATE TABLE report (id int PRIMARY KEY)", "INSERT INTO report VALUES (1)")
-
-
-def _hold(dialect: str, dsn: str):
-    """The report: a snapshot taken by a read of another table, kept open."""
-    conn = common.raw_connect(dialect, dsn, autocommit=dialect != "postgresql")
-    start = {"mysql": "START TRANSACTION WITH CONSISTENT SNAPSHOT", "postgresql": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}  # fmt: skip
-    common.query(conn, start[dialect])
-    common.query(conn, "SELECT count(*) FROM report")
-    return conn
 
 
 def _per_msg(a: float | None, b: float | None, msgs: int) -> float | None:
@@ -354,7 +342,11 @@ def run(args) -> dict:
         try:
             tick(t0 + args.before)
             base = row("before", args.before, min(10.0, args.before / 3), False)
-            holder, hold_at = _hold(dialect, dsn), time.perf_counter() - t0
+            # the report: a snapshot taken by a read of another table, kept open
+            holder = common.raw_connect(dialect, dsn, autocommit=dialect != "postgresql")
+            common.query(holder, HOLD[dialect])
+            common.query(holder, "SELECT count(*) FROM report")
+            hold_at = time.perf_counter() - t0
             for prev, m in zip([0, *marks], marks):
                 tick(t0 + hold_at + m)
                 at = time.perf_counter() - t0

@@ -35,9 +35,8 @@ NO_EFFECT = (errors.InvalidArgumentError, errors.UnknownQueueError)  # refused: 
 
 
 class Recorder:
-    """One process's history: a line [seq, op, args, t0] before each call, [seq, status, answer, t1]
-    after it (status ok, or unk when the call failed in a way that may have changed something); t0
-    and t1 on the server's clock, read as bench/README.md, History, says."""
+    """One process's history: [seq, op, args, t0] before each call, [seq, status, answer, t1] after it
+    (status ok, err, or unk: may have changed something); t0 and t1 on the server's clock (README, History)."""
 
     def __init__(self, dialect: str, dsn: str, path: str, isolation: str | None = None, budget=None):
         self.dialect, self.dsn, self.isolation, self.budget = dialect, dsn, isolation, budget
@@ -778,9 +777,8 @@ def most_at_once(segments, limit: int) -> list:
 
 
 def run(dialect: str, args, sabotage=None, dsn: str | None = None) -> dict:
-    """One history on one dialect: the run, the drain, the check. sabotage(dsn), when given, runs
-    after the install (a test of the checker installs a broken routine there); dsn: a database with
-    the schema installed to run in (its queues h, h.next and h.dead are made anew) instead of a new one."""
+    """One history on one dialect: the run, the drain, the check. sabotage(dsn) runs after the install (a
+    test's broken routine); dsn: a database with the schema to run in (h, h.next, h.dead made anew)."""
     server = Server(dialect, own=args.server == "own", dsn=dsn)
     workdir = tempfile.mkdtemp(prefix="pyqueue-history-")
     started = time.monotonic()

@@ -70,35 +70,28 @@ def pyqueue_work(dsn: str, concurrency: int, threads: bool = True) -> None:
 # by the CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its worker.
 
 
-def _app():
-    app = App(queue=QUEUE)  # the DSN: $PYQUEUE_DSN, as the CLI reads it
-
-    @app.task
-    def noop(n: int) -> None:
-        plain(n)
-
-    return app
-
-
 @dataclasses.dataclass
 class Noop:  # one job's arguments, its payload {"n": ...}: awa's jobs and the batch task's items
     n: int
 
 
-def _batch_app():
-    """The same no-op jobs (kind noop) as a batch task of up to $BENCH_BATCH (bench/burndown.py --batch)."""
-    app = App(queue=QUEUE)
+def _apps() -> tuple[App, App]:
+    """The no-op as an `@app.task`, and as a batch task of up to $BENCH_BATCH (burndown.py --batch)."""
+    app, batch_app = App(queue=QUEUE), App(queue=QUEUE)  # the DSN: $PYQUEUE_DSN, as the CLI reads it
 
-    @app.task(batch=int(os.environ.get("BENCH_BATCH", "100")), kind="noop")
-    def noop(items: list[Noop]) -> None:
+    @app.task
+    def noop(n: int) -> None:
+        plain(n)
+
+    @batch_app.task(batch=int(os.environ.get("BENCH_BATCH", "100")), kind="noop")
+    def noop_batch(items: list[Noop]) -> None:
         plain(None)
 
-    return app
+    return app, batch_app
 
 
 if os.environ.get("BENCH_GO"):
-    app = _app()
-    batch_app = _batch_app()
+    app, batch_app = _apps()
     _ready()
 
 
