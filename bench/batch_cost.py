@@ -75,10 +75,6 @@ DRAIN_VARIANTS = [
 ]  # fmt: skip
 
 
-def runnable(variants: list[tuple[str, str, str]], has_pgmq: bool) -> list[tuple[str, str, str]]:
-    return [v for v in variants if has_pgmq or not v[2].startswith("pgmq.")]
-
-
 # {q}: the queue's column (queue_name, or queue_id on the int copies); the range is read from the
 # fill's start (%s after the queue), as the routines read it from their bound (pyqueue_ready_from)
 BARE_RESERVE = (
@@ -199,7 +195,8 @@ def run(args) -> tuple[list[dict], dict]:
         conn, nodue_conn = (stack.enter_context(_connect(d)) for d in (dsn, dsn_nodue))
         cur, nodue = conn.cursor(), nodue_conn.cursor()
         setup(cur)
-        todo, sizes, rounds = _bulk(args, dsn_nodue, runnable(VARIANTS, has_pgmq), BULK_PG)
+        todo = [v for v in VARIANTS if has_pgmq or not v[2].startswith("pgmq.")]
+        todo, sizes, rounds = _bulk(args, dsn_nodue, todo, BULK_PG)
         query = "SELECT pg_backend_pid(), current_setting('autovacuum'), version()"
         pid, autovacuum, version = common.query(conn, query)[0]
         # the routine through the client, on its own connection (its server process timed alone),
@@ -244,8 +241,9 @@ def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[d
         on["bare_int"], pid = on["bare"], common.session_id("postgresql", conn)
         fills = {"routine": "queue_push_batch", "pgmq": "pgmq.send_batch", "bare_int": "insert_int"}
         results, q, cur = [], db.queue(QUEUE), conn.cursor()
+        todo = [v for v in DRAIN_VARIANTS if has_pgmq or v[1] != "pgmq"]
         for rnd in range(args.rounds):
-            for name, how, table in common.rotated(runnable(DRAIN_VARIANTS, has_pgmq), rnd):
+            for name, how, table in common.rotated(todo, rnd):
                 (since,) = common.query(conn, "SELECT now()")[0]
                 for keys in _keys(args.calls):
                     call(cur, q, fills.get(how, "insert"), table, keys, payloads)
@@ -273,29 +271,15 @@ def _table(results: list[dict], base: str, vs_name: str, vs) -> list[str]:
     return [*common.table(header, rows, "lrrrr"), ""]
 
 
-def summarize_drain(results: list[dict], meta: dict) -> list[str]:
-    results = [r for r in results if r.get("part") == "drain"]
-    if not results:
-        return []
-    pgmq = "pgmq read(100) + delete(ids)"
-    x_pgmq = lambda _name, s, base: f"{s / base:.2f}" if s is not None and base else ""  # noqa: E731
-    return [
-        "## Drain: a row taken (100 a call) and acknowledged",
-        "",
-        f"The same {meta['rounds']} round(s), each variant filled with {meta['calls']} x {meta['batch']} rows "
-        "(untimed), then drained 100 a call; server CPU of the draining session, client CPU of this process, "
-        "per row; `x pgmq`: the server CPU a row against pgmq's. Method: bench/README.md, Batch cost.",
-        "",
-        *_table(results, pgmq, "x pgmq", x_pgmq),
-    ]
-
-
 def summarize(results: list[dict], meta: dict) -> str:
-    drain_part = summarize_drain(results, meta)
+    drain = [r for r in results if r.get("part") == "drain"]
     results = [r for r in results if r.get("part") != "drain"]
 
     def copies(name, s, base):  # a copy's server CPU a row less the copy's with every index
         return f"{s - base:+.2f}" if s is not None and base is not None and name.startswith("copy:") else ""
+
+    def x_pgmq(_name, s, base):  # the server CPU a row against pgmq's
+        return f"{s / base:.2f}" if s is not None and base else ""
 
     lines = [
         "# Batch cost: where a row of a PostgreSQL batch push spends the server's time",
@@ -312,7 +296,16 @@ def summarize(results: list[dict], meta: dict) -> str:
     ]
     if not meta.get("pgmq"):
         lines += ["- pgmq send_batch: NOT RUN (its PyPI package's SQL did not install here)", ""]
-    lines += drain_part
+    if drain:
+        lines += [
+            "## Drain: a row taken (100 a call) and acknowledged",
+            "",
+            f"The same {meta['rounds']} round(s), each variant filled with {meta['calls']} x {meta['batch']} "
+            "rows (untimed), then drained 100 a call; server CPU of the draining session, client CPU of this "
+            "process, per row; `x pgmq`: the server CPU a row against pgmq's. Method: bench/README.md, Batch cost.",
+            "",
+            *_table(drain, "pgmq read(100) + delete(ids)", "x pgmq", x_pgmq),
+        ]
     return "\n".join(lines)
 
 

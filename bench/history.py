@@ -247,9 +247,7 @@ def live_count(db, queue: str, kind: str) -> int:
     return int(common.query(db.connection, sql, (queue, kind))[0][0])
 
 
-def client_main(
-    role, name, dialect, dsn, path, seed, budget, stop, skew: float, isolation, kinds, leases
-) -> None:
+def client_main(role, name, dialect, dsn, path, seed, budget, stop, skew, isolation, kinds, leases) -> None:
     if skew:  # this client's clock is wrong by `skew` seconds: nothing the contract times may depend on it
         real = time.time
         time.time = lambda: real() + skew
@@ -283,10 +281,11 @@ class Server:
         elif own:
             from tests import own_mariadb, own_postgres
 
-            if self.pg:
-                self.server = own_postgres.OwnPostgres("max_connections = 100\nshared_buffers = 128MB\n")
-            else:
-                self.server = own_mariadb.OwnMariaDB(("--innodb-buffer-pool-size=256M",))
+            pg_conf, my_args = (
+                "max_connections = 100\nshared_buffers = 128MB\n",
+                ("--innodb-buffer-pool-size=256M",),
+            )
+            self.server = own_postgres.OwnPostgres(pg_conf) if self.pg else own_mariadb.OwnMariaDB(my_args)
             self.server.start()
             self.server.wait_ready()
             create = 'CREATE DATABASE "history"' if self.pg else "CREATE DATABASE history COLLATE utf8mb4_bin"
@@ -295,11 +294,8 @@ class Server:
         else:
             self.dsn = common.create(dialect, "history")
 
-    def restart(self) -> None:
-        if self.pg:
-            self.server.stop("immediate")  # a crash: what the WAL holds comes back
-        else:
-            self.server.kill()
+    def restart(self) -> None:  # a crash: what the WAL (InnoDB's redo log) holds comes back
+        self.server.stop("immediate") if self.pg else self.server.kill()
         self.server.start()
         self.server.wait_ready()
 

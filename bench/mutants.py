@@ -90,17 +90,12 @@ def first_failure(output: str) -> str:
 def select_dialect(args: list[str], dialect: str) -> tuple[list[str], str]:
     """The tests' pytest arguments without their -k expression, and that expression narrowed to the
     mutant's dialect (pytest keeps only the last -k given: the dialect's must not replace the user's)."""
-    rest, exprs, i = [], [], 0
-    while i < len(args):
-        if args[i] == "-k" and i + 1 < len(args):
-            exprs.append(args[i + 1])
-            i += 2
-            continue
-        if args[i].startswith("-k") and len(args[i]) > 2:
-            exprs.append(args[i][2:])
+    rest, exprs, it = [], [], iter(args)
+    for a in it:
+        if a.startswith("-k") and (expr := a[2:] or next(it, "")):
+            exprs.append(expr)
         else:
-            rest.append(args[i])
-        i += 1
+            rest.append(a)
     return rest, " and ".join([f"({e})" for e in exprs] + [dialect])
 
 

@@ -260,17 +260,6 @@ class Probe:
         return now() - started
 
 
-def read_keys(paths: list[str]) -> tuple[dict[str, str], dict[str, str]]:
-    acked: dict[str, str] = {}
-    uncertain: dict[str, str] = {}
-    for p in paths:
-        for path, into in ((p, acked), (p + ".uncertain", uncertain)):
-            if os.path.exists(path):
-                with open(path) as f:
-                    into.update(line.split()[:2] for line in f)
-    return acked, uncertain
-
-
 def read_runlogs(workdir: str) -> dict[str, Any]:
     """The run logs of handle(): starts and ends by key, results by kind."""
     starts, ends, results, runs_by_kind = (collections.Counter() for _ in range(4))
@@ -413,7 +402,13 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
 def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> dict[str, Any]:
     """The keys the producers had acknowledged against the history, the queue, the dead-letter
     queue and the handler's run logs."""
-    acked, uncertain = read_keys(key_files)
+    acked: dict[str, str] = {}  # key: kind of each push acknowledged (uncertain: of those that raised)
+    uncertain: dict[str, str] = {}
+    for p in key_files:
+        for path, into in ((p, acked), (p + ".uncertain", uncertain)):
+            if os.path.exists(path):
+                with open(path) as f:
+                    into.update(line.split()[:2] for line in f)
     committed_rows, dead_rows, other_rows, committed_attempts = (collections.Counter() for _ in range(4))
     attempts_at_dead: dict[str, int] = {}
     history = "SELECT p_key, outcome, attempts FROM pyqueue_history WHERE queue_name = %s"
@@ -469,9 +464,8 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> d
     # Runs that neither failed nor led to the key's commit: cut by a kill, or finished but the
     # worker died before its commit (the message came back).
     a["redeliveries_after_kills"] = total_runs - a["handler_runs_failed"] - len(committed & ran)
-    a["balance"] = (
-        f"{len(acked_keys)} in = {len(committed)} committed + {len(dead)} dead-lettered + {len(live)} left"
-    )
+    a["balance"] = f"{len(acked_keys)} in = {len(committed)} committed + {len(dead)} dead-lettered + "
+    a["balance"] += f"{len(live)} left"
     a["checks"] = {
         "in = committed + dead-lettered + left": len(acked_keys)
         == len(committed & acked_keys) + len(dead & acked_keys) + len(live & acked_keys)
