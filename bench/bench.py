@@ -323,12 +323,10 @@ class HandRolled(System):
     def _take(self, n: int) -> int:
         ids, token = self._reserve(n)
         if ids:
-            marks = ", ".join(["%s"] * len(ids))
+            delete = f"DELETE FROM job WHERE token = %s AND id IN ({', '.join(['%s'] * len(ids))})"
             for attempt in range(10):  # a deadlock victim deletes again, as a user's loop would
                 try:
-                    self.auto.cursor().execute(
-                        f"DELETE FROM job WHERE token = %s AND id IN ({marks})", [token, *ids]
-                    )
+                    self.auto.cursor().execute(delete, [token, *ids])
                     break
                 except Exception as exc:
                     if attempt == 9 or not _deadlock(exc):
@@ -343,9 +341,8 @@ def claim(conn, table: str, n: int, token: str, now: str, later: str, lock: str 
     ids = [r[0] for r in common.query(conn, select)]
     if ids:
         marks = ", ".join(["%s"] * len(ids))
-        common.query(
-            conn, f"UPDATE {table} SET run_at = {later}, token = %s WHERE id IN ({marks})", (token, *ids)
-        )
+        update = f"UPDATE {table} SET run_at = {later}, token = %s WHERE id IN ({marks})"
+        common.query(conn, update, (token, *ids))
     return ids
 
 

@@ -126,18 +126,17 @@ def install_pgmq(dsn: str, queue: str) -> None:
 def install_commit(dialect: str, dsn: str, commit: str) -> None:
     """A git commit's sql/<dialect>/schema.sql and routines/ installed by psql or mariadb (an A/B)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    folder = "postgresql" if dialect == "postgresql" else "mysql"
 
     def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=check)
 
     # routines/ holds one file per topic, run in name order (a commit before it: routines.sql)
-    listing = git("ls-tree", "--name-only", f"{commit}:sql/{folder}/routines", check=False)
+    listing = git("ls-tree", "--name-only", f"{commit}:sql/{dialect}/routines", check=False)
     routines = ["routines.sql"]
     if listing.returncode == 0:
         routines = [f"routines/{name}" for name in sorted(listing.stdout.split()) if name.endswith(".sql")]
     script = "".join(
-        git("show", f"{commit}:sql/{folder}/{name}").stdout for name in ["schema.sql", *routines]
+        git("show", f"{commit}:sql/{dialect}/{name}").stdout for name in ["schema.sql", *routines]
     )
     url = urlsplit(dsn)
     if dialect == "postgresql":
@@ -201,24 +200,17 @@ def own_cpu(children: bool = False) -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _proc_name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
 def server_pid(dialect: str, dsn: str) -> int | None:
     """The server's process on this machine (PostgreSQL: the postmaster), or None (elsewhere, unknown)."""
     try:
         with contextlib.closing(raw_connect(dialect, dsn)) as conn:
-            if dialect == "postgresql":
-                # (read while the connection keeps the backend alive)
+            if dialect == "postgresql":  # the backend's parent, read while the connection keeps it alive
                 fields = _stat(int(query(conn, "SELECT pg_backend_pid()")[0][0]))
-                pid = int(fields[1]) if fields else 0  # the backend's parent
-                return pid if _proc_name(pid) == "postgres" else None
-            pid = int(Path(str(query(conn, "SELECT @@pid_file")[0][0])).read_text().split()[0])
-            return pid if _proc_name(pid) in ("mariadbd", "mysqld") else None
+                pid, names = int(fields[1]) if fields else 0, ("postgres",)
+            else:
+                pid = int(Path(str(query(conn, "SELECT @@pid_file")[0][0])).read_text().split()[0])
+                names = ("mariadbd", "mysqld")
+            return pid if Path(f"/proc/{pid}/comm").read_text().strip() in names else None
     except (OSError, ValueError, IndexError):
         return None
 

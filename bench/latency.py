@@ -50,8 +50,7 @@ def measure_latency(dsn: str, samples: int, idle_seconds: float) -> dict:
     with running(dsn, q.name, lambda job: started.setdefault(job.key, time.perf_counter())) as worker:
         time.sleep(1.0)
         pushed: dict[str, float] = {}
-        rng = random.Random(7)
-        prefix = uuid.uuid4().hex[:6]
+        rng, prefix = random.Random(7), uuid.uuid4().hex[:6]
         for i in range(samples):
             time.sleep(rng.uniform(0.1, 0.3))
             pushed[f"{prefix}-{i}"] = time.perf_counter()

@@ -515,17 +515,15 @@ def markdown(r: dict[str, Any], command: str) -> str:
         "Dead-lettered although not poison (attempts used up by kills + flaky failures): "
         f"{a['dead_lettered_not_poison_count']} {a['dead_lettered_not_poison_attempts']}.  ",
         f"Pushes that raised (outcome unknown): {a['uncertain_pushes']}; kills: {a['kills']}; workers started: "
-        f"{r['workers']['processes_started']}; exits: {r['workers']['returncodes']}",
-        "",
-        f"Producer errors: {r['samples'][-1]['producer_errors']}; workers that died on their own: "
-        f"{len(r['unexpected_exits'])}.",
+        f"{r['workers']['processes_started']}; exits: {r['workers']['returncodes']}; died on their own: "
+        f"{len(r['unexpected_exits'])}; producer errors: {r['samples'][-1]['producer_errors']}",
     ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     p = common.parser(
-        __doc__.split("\n\n")[0],
+        __doc__,
         ("--minutes", 10.0, "load phase length (default 10)"),
         ("--workers", 4, "worker processes (default 4; slot 0 is never killed)"),
         ("--producers", 2, "producer processes (default 2)"),
@@ -537,10 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         ("--dialect", ("both", "postgresql", "mysql"), ""),
     )
     args = p.parse_args(argv)
-    if args.workers < 2:
-        p.error("--workers must be at least 2 (slot 0 is never killed)")
-    if args.minutes <= 0 or args.rate <= 0 or args.producers < 1:
-        p.error("--minutes and --rate must be > 0, --producers >= 1")
+    if args.workers < 2 or args.minutes <= 0 or args.rate <= 0 or args.producers < 1:
+        p.error("--workers >= 2 (slot 0 is never killed), --minutes and --rate > 0, --producers >= 1")
     command = common.command()
     all_ok = True
     for d in ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]:
