@@ -313,32 +313,20 @@ def summarize(results: list[dict], meta: dict) -> str:
 
 MY_BULK = 5000
 MY_ROW = "(%s, %s, 'job', %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+SCRATCH_FK = "FOREIGN KEY (queue_name) REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE"
 LEAN = "lean:pyqueue_message"  # the routine's table in a database of its own, with its key indexes only
 DROP_SECONDARY = ", ".join(f"DROP INDEX pyqueue_message_{i}_idx" for i in ("ready", "due", "group"))
 
 
 # (name, what one call runs, the table to churn) of every MariaDB variant
-# fmt: off
 MY_VARIANTS = [
     ("routine: Queue.push_many (queue_push_batch)", "routine", "pyqueue_message"),
     ("routine, table with the primary key and the key index only (a database of its own)", "routine", LEAN),
     ("plain job table: multi-row INSERT IGNORE", "job", "job"),
     ("copy: every index and the foreign key, INSERT IGNORE", "insert_ignore", "scratch_all"),
-]
-# fmt: on
+]  # fmt: skip
 # --sizes: the routine, the plain job table (the peer), the live table's copy (the bare insert)
 BULK_MY = tuple(MY_VARIANTS[i][0] for i in (0, 2, 3))
-
-
-def _mysql_setup(cur) -> None:
-    """The routines suite's plain job table, and the scratch copy of pyqueue_message (CREATE TABLE ...
-    LIKE copies no foreign key: added)."""
-    cur.execute(HandRolled.DDL["mysql"][0])
-    cur.execute("CREATE TABLE scratch_all LIKE pyqueue_message")
-    cur.execute(
-        "ALTER TABLE scratch_all ADD CONSTRAINT scratch_all_fk "
-        "FOREIGN KEY (queue_name) REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE"
-    )
 
 
 def mysql_call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> int:
@@ -368,7 +356,10 @@ def run_mysql(args) -> tuple[list[dict], dict]:
             stack.enter_context(closing(common.raw_connect("mysql", d))) for d in (dsn, dsn_lean)
         )
         cur, lean = conn.cursor(), lean_conn.cursor()
-        _mysql_setup(cur)
+        # the routines suite's plain job table, and the scratch copy (LIKE copies no foreign key: added)
+        cur.execute(HandRolled.DDL["mysql"][0])
+        cur.execute("CREATE TABLE scratch_all LIKE pyqueue_message")
+        cur.execute(f"ALTER TABLE scratch_all ADD CONSTRAINT scratch_all_fk {SCRATCH_FK}")
         todo, sizes, rounds = _bulk(args, dsn_lean, MY_VARIANTS, BULK_MY)
         (version,) = common.query(conn, "SELECT VERSION()")[0]
         db, db_lean = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_lean))

@@ -761,7 +761,6 @@ def main(argv: list[str] | None = None) -> int:
     common.exit_on_sigterm()
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.messages = args.messages or (2000 if args.quick else 10000)
-    # (ab, profile: a bulk enqueue of --messages, as before they were modes of routines)
     quick_bulk = args.messages if ab or args.profile else 4 * BULK if args.quick else 100000
     args.bulk_messages = args.bulk_messages or quick_bulk
     args.cap = args.cap or (3.0 if args.quick else 4.0)

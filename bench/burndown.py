@@ -109,9 +109,8 @@ def feature(name: str, dialect: str) -> System:
 
 LIVE = "SELECT count(*) FROM pyqueue_message"
 DRIVERS = {"postgresql": ("psycopg", "psycopg"), "mysql": ("aiomysql", "pymysql")}  # (AsyncWorker, Worker)
-# pyqueue-sql's two workers (not peers), `pyqueue-sql worker` with a handler and with a task (--tasks
-# only), then the peers: name, dialect, label, kind, the count of its unfinished jobs, and a note.
-# fmt: off
+# pyqueue-sql's two workers (not peers), `pyqueue-sql worker` (--systems, --batch), then the peers: name,
+# dialect, label, kind, the count of its unfinished jobs, and a note.
 SYSTEMS = [
     *(system for d in ("postgresql", "mysql") for system in (
         System("pyqueue-async", d, "**pyqueue-sql `AsyncWorker`** (async def handler)", "py", LIVE, peer=False, needs=DRIVERS[d][0]),
@@ -134,8 +133,7 @@ SYSTEMS = [
     System("procrastinate", "postgresql", "procrastinate", "py", "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')", needs="procrastinate"),
     System("handrolled", "mysql", "hand-rolled threaded SKIP LOCKED worker", "py", "SELECT count(*) FROM job", needs="pymysql",
            note="16 threads x (SELECT 100 FOR UPDATE SKIP LOCKED + UPDATE, COMMIT; DELETE ids), READ COMMITTED"),
-]
-# fmt: on
+]  # fmt: skip
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:

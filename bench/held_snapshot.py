@@ -53,9 +53,8 @@ def _plain(dialect: str, dsn: str):
     )
 
 
-# Designs whose tables should not keep what a held snapshot holds back: each has the job table's
-# columns and indexes (its DDL, renamed), its reserve (bench.bench.claim) and one client session for pushes and
-# reserves (a transaction each), one for settles and upkeep.
+# Designs whose tables should not keep what a held snapshot holds back: the job table's DDL renamed, its claim
+# (bench.bench.claim), a session for pushes and reserves (a transaction each), one for settles and upkeep.
 SEGMENTS, PERIOD = 4, 2  # rotate: tables seg0..seg3; the pushes move to the next every PERIOD s
 NOW = {"mysql": "UTC_TIMESTAMP(6)", "postgresql": "now()"}
 ROTATE = {  # rotate's SQL of each dialect; "timeout": the error of a lock not had in time

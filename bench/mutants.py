@@ -24,12 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = ROOT / "bench" / "mutants.jsonl"
 COPIED = ("pyqueue_sql", "sql", "migrations", "tests", "examples", "pyproject.toml")
 MODEL = "tests/concurrency/test_model.py::test_the_whole_contract_matches_the_model"
-# Every test that kills a mutant of bench/mutants.jsonl (docs/reliability.md names the killer of each),
-# in the order that reaches a kill soonest (pytest -x stops at the first failure): the whole
-# contract's model first (it kills most, in seconds), then the folders and the files outside them,
-# and last the interleavings' model (80 examples, minutes; the contract tests kill what it kills).
-# A mutant only a test left out here kills would survive the default run
-# (tests/unit/test_mutants_killers.py checks that every killer docs/reliability.md names is here).
+# Every test that kills a mutant of bench/mutants.jsonl (docs/reliability.md names each killer; a test of
+# tests/unit/test_mutants_killers.py holds it here), in the order that reaches a kill soonest (pytest -x): the
+# contract's model first (it kills most, in seconds), the folders and files, the interleavings' model last.
 KILLERS = (
     MODEL,
     "tests/contract",

@@ -17,15 +17,12 @@ from pyqueue_sql import spark as pqs
 from pyqueue_sql.queries import parse_named
 
 HERE = Path(__file__).resolve().parent
-
 QUEUE = "bench.ingest"
+COLUMNS = {"key": "key", "kind": "kind", "payload": "payload"}  # the frame's columns
 
 
 def run_sql(url: str, statement: str) -> None:
     common.execute("postgresql" if url.startswith("postgresql") else "mysql", url, statement)
-
-
-COLUMNS = {"key": "key", "kind": "kind", "payload": "payload"}  # the frame's columns
 
 
 def frame(spark, rows: int, partitions: int):
@@ -68,9 +65,8 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
             ingest_df.write.jdbc(tgt.jdbc_url, "bench_plain", mode="append", properties=opts)
             plain = time.perf_counter() - t
 
-            # The floor: the same rows appended straight into the live table (no dedup, no
-            # checks; fresh keys only), i.e. what pyqueue_message's own indexes and
-            # foreign key cost, whatever the ingest path does.
+            # The floor: the same rows appended straight into the live table (no dedup, no checks;
+            # fresh keys only): what pyqueue_message's own indexes and foreign key cost.
             from pyspark.sql import functions as F
 
             times_at = [
@@ -152,9 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     for dialect in ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]:
         results += bench_dialect(spark, dialect, args.rows, args.partitions, args.batch, args.repeat)
     spark.stop()
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / "spark_ingest.json").write_text(json.dumps(results, indent=2))
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "spark_ingest.json").write_text(json.dumps(results, indent=2))
     return 0
 
 

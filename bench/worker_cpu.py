@@ -4,6 +4,7 @@ asyncio: AsyncWorker, an async def no-op). bench/README.md, Worker CPU."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -15,6 +16,7 @@ import time
 import pyqueue_sql
 from bench import common
 from pyqueue_sql import RetryPolicy, Worker
+from pyqueue_sql.aio import AsyncWorker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUE = "burndown"
@@ -80,13 +82,9 @@ def bare_loop(dsn: str, jobs: int, ended) -> None:
 def drain(dsn: str, jobs: int, variant: str | None = None) -> dict:
     """One Worker, built as cmd_worker builds it, drains the backlog (variant "bare": bare_loop;
     "asyncio": an AsyncWorker with an async def no-op handler, its defaults otherwise)."""
-    if variant == "asyncio":
-        from pyqueue_sql.aio import AsyncWorker
-
-        worker, handler = AsyncWorker(dsn, concurrency=CONCURRENCY), _async_noop
-    elif variant != "bare":
-        worker, handler = Worker(dsn, concurrency=CONCURRENCY), _noop
     if variant != "bare":
+        worker = (AsyncWorker if variant == "asyncio" else Worker)(dsn, concurrency=CONCURRENCY)
+        handler = _async_noop if variant == "asyncio" else _noop
         worker.add_handler(QUEUE, handler, None, retry=RetryPolicy(), timeout=None)
     counter = common.raw_connect("postgresql", dsn)
     cur = counter.cursor()
@@ -105,12 +103,9 @@ def drain(dsn: str, jobs: int, variant: str | None = None) -> dict:
         bare_loop(dsn, jobs, lambda: seen.update(after=common.sessions_cpu(cur)))
     else:
         threading.Thread(target=watch, daemon=True).start()
+        ran = worker.run(install_signals=False)  # (AsyncWorker's: a coroutine, run here to its end)
         if variant == "asyncio":
-            import asyncio
-
-            asyncio.run(worker.run(install_signals=False))
-        else:
-            worker.run(install_signals=False)
+            asyncio.run(ran)
     cpu1, t1 = common.own_cpu(), time.perf_counter()
     counter.close()
     server = sum(v - seen["before"].get(pid, 0.0) for pid, v in seen.get("after", {}).items())
