@@ -80,8 +80,7 @@ DRAIN_VARIANTS = [
 BARE_RESERVE = (
     "WITH c AS (SELECT ctid FROM {t} WHERE {q} = %s AND priority = 0 "
     "AND scheduled_at > '-infinity' AND scheduled_at >= %s AND scheduled_at <= now() "
-    "ORDER BY priority, scheduled_at, id "
-    "LIMIT 100 FOR UPDATE SKIP LOCKED) "
+    "ORDER BY priority, scheduled_at, id LIMIT 100 FOR UPDATE SKIP LOCKED) "
     "UPDATE {t} m SET scheduled_at = now() + interval '30 seconds', attempts = m.attempts + 1, "
     "reserved_by = 'bench', reserve_token = gen_random_uuid() FROM c WHERE m.ctid = c.ctid "
     "RETURNING m.p_key, m.p_kind, m.payload, m.reserve_token"
@@ -113,10 +112,8 @@ def drain_once(cur, q, bare, how: str, table: str, since=None) -> int:
     bare.execute(BARE_RESERVE.format(t=table, q=column), (queue, since))
     rows = bare.fetchall()
     if rows:
-        bare.execute(
-            BARE_COMMIT.format(t=table, q=column, qt=typ),
-            (queue, [r[0] for r in rows], [r[1] for r in rows], [r[3] for r in rows]),
-        )
+        keys, kinds, tokens = ([r[i] for r in rows] for i in (0, 1, 3))
+        bare.execute(BARE_COMMIT.format(t=table, q=column, qt=typ), (queue, keys, kinds, tokens))
     return len(rows)
 
 

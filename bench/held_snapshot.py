@@ -10,6 +10,7 @@ import importlib.util
 import json
 import multiprocessing as mp
 import os
+import queue
 import statistics
 import time
 import uuid
@@ -324,11 +325,9 @@ def run(args) -> dict:
                     serv = [common.process_cpu(*server, v.value) for v in sessions[n] if v.value]
                     used[n] = (cpus[n].value or None, sum(serv) if serv and None not in serv else None)
                 series.append((time.perf_counter() - t0, {n: counts[n].value for n in systems}, used))
-                while True:
-                    try:
+                with contextlib.suppress(queue.Empty):
+                    while True:
                         got.append((time.perf_counter() - t0, *times.get_nowait()))
-                    except Exception:
-                        break
 
         def row(label: str, at: float, since: float, held: bool) -> dict:
             r = {"at": label, "held": held, "end_s": round(at, 1), **_window(series, got, systems, since, at)}

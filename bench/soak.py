@@ -146,12 +146,8 @@ def producer_main(index, dsn, queue, rate, seconds, keys_path, acked, errs, seed
         db.close()
 
 
-class WorkerProc(subprocess.Popen):
-    """A `pyqueue-sql worker` process: its slot, generation, log, and the signal it was sent."""
-
-    slot = gen = 0
-    log_path = ""
-    signal_sent: str | None = None
+class WorkerProc(subprocess.Popen):  # a `pyqueue-sql worker`: its slot, generation, log, the signal sent
+    slot, gen, log_path, signal_sent = 0, 0, "", None
 
 
 class Fleet:
@@ -159,8 +155,7 @@ class Fleet:
 
     def __init__(self, dsn: str, queue: str, n: int, workdir: str):
         self.dsn, self.queue, self.n, self.workdir = dsn, queue, n, workdir
-        self.slots: dict[int, WorkerProc] = {}
-        # stopping: got SIGTERM, not reaped yet
+        self.slots: dict[int, WorkerProc] = {}  # stopping: got SIGTERM, not reaped yet
         self.stopping, self.done, self.unexpected_exits, self.gen = [], [], [], 0
         self.kills = collections.Counter()
 
