@@ -271,21 +271,18 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
     common.execute(dialect, dsn, "CREATE TABLE report (id int PRIMARY KEY)", "INSERT INTO report VALUES (1)")
 
 
-def _per_msg(a: float | None, b: float | None, msgs: int) -> float | None:
-    return round(1e6 * (b - a) / msgs, 1) if a is not None and b is not None and msgs > 0 else None
-
-
 def _window(series, times, systems, t0: float, t1: float) -> dict:
     """msg/s, the reserve's p50/p99 (ms) and the CPU a message (µs) of its client and of its server
     session, of each system between t0 and t1 (s since the start)."""
     (ta, ca, ua), (tb, cb, ub) = (min(series, key=lambda s: abs(s[0] - t)) for t in (t0, t1))
+    per_msg = lambda a, b, m: round(1e6 * (b - a) / m, 1) if None not in (a, b) and m > 0 else None  # noqa: E731
     out = {}
     for n in systems:
         ts = sorted(d for t, m, ds in times if m == n and ta < t <= tb for d in ds)
         out[n] = {
             "rate": round((cb[n] - ca[n]) / max(tb - ta, 1e-9), 1),
-            "client_us": _per_msg(ua[n][0], ub[n][0], cb[n] - ca[n]),
-            "server_us": _per_msg(ua[n][1], ub[n][1], cb[n] - ca[n]),
+            "client_us": per_msg(ua[n][0], ub[n][0], cb[n] - ca[n]),
+            "server_us": per_msg(ua[n][1], ub[n][1], cb[n] - ca[n]),
             "p50_ms": round(1000 * statistics.median(ts), 2) if ts else None,
             "p99_ms": round(1000 * ts[min(len(ts) - 1, int(0.99 * len(ts)))], 2) if ts else None,
         }

@@ -29,6 +29,12 @@ TIMEOUTS = (0.3, 1.0, 2.0, 2.0, 4.0)  # seconds a reservation is asked for; 0.3 
 PUSH_KINDS = ("free", "free", "lim", "rate", "poison")
 INF = float("inf")
 NO_EFFECT = (errors.InvalidArgumentError, errors.UnknownQueueError)  # refused: nothing changed
+OTHERS = {  # the other client sessions of the database, busy ones first
+    "postgresql": "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    "AND backend_type = 'client backend' ORDER BY state = 'active' DESC",
+    "mysql": "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() "
+    "ORDER BY command = 'Query' DESC",
+}
 
 
 # ---- the clients ---------------------------------------------------------------------------------
@@ -301,14 +307,7 @@ class Server:
 
     def cut(self, conn, rng: random.Random) -> bool:
         """Ends the session of one of the clients in the database (of the first three, busy ones first)."""
-        sessions = common.query(
-            conn,
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend' ORDER BY state = 'active' DESC"
-            if self.pg
-            else "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() "
-            "ORDER BY command = 'Query' DESC",
-        )[:3]
+        sessions = common.query(conn, OTHERS[self.dialect])[:3]
         if sessions:
             session = int(rng.choice(sessions)[0])
             kill = f"SELECT pg_terminate_backend({session})" if self.pg else f"KILL CONNECTION {session}"

@@ -36,6 +36,7 @@ KILLERS = (
     "tests/concurrency/test_model.py::test_random_interleavings_match_the_model",
 )
 DEFAULT_TESTS = " ".join(KILLERS)
+ERROR_LINE = re.compile(r"^\s*(\| )?(E\s+)?\w*(Error|Exception)\b")  # an exception's line in pytest's output
 
 
 def load(path: Path) -> list[dict]:
@@ -69,13 +70,9 @@ def first_failure(output: str) -> str:
     """The first failing test and the first line of its error, from pytest's -rf summary."""
     lines = output.splitlines()
     failed = next((line for line in lines if line.startswith(("FAILED ", "ERROR "))), None)
-    error = next(
-        (line.strip(" |E") for line in lines if re.match(r"^\s*(\| )?(E\s+)?\w*(Error|Exception)\b", line)),
-        "",
-    )
+    error = next((line.strip(" |E") for line in lines if ERROR_LINE.match(line)), "")
     # the model's failing step (hypothesis prints the steps; invariants end in _model) and the rule before it
-    steps = re.findall(r"^E\s+state\.(\w+)\(", output, re.M)
-    steps = [x for x in steps if x != "teardown"]
+    steps = [x for x in re.findall(r"^E\s+state\.(\w+)\(", output, re.M) if x != "teardown"]
     rule = next((x for x in reversed(steps) if not x.endswith("_model")), None)
     where = f" [model: the last rule {rule} (or the teardown after it)]" if rule else ""
     if failed:

@@ -114,61 +114,40 @@ async def pgqueuer_work(dsn: str, concurrency: int) -> None:
     await pgq.run(batch_size=min(PGQUEUER_BATCH, concurrency // 2), max_concurrent_tasks=concurrency)
 
 
-def _procrastinate_app(dsn: str):
+@_sync
+async def procrastinate_run(action: str, dsn: str, n: int = 0) -> None:
+    """install (what `procrastinate schema --apply` runs), enqueue n jobs, or work with n handlers."""
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
-    return app, app.task(name="noop", queue=QUEUE)(nap)
-
-
-@_sync
-async def procrastinate_install(dsn: str) -> None:
-    app, _ = _procrastinate_app(dsn)
+    noop = app.task(name="noop", queue=QUEUE)(nap)
     async with app.open_async():
-        await app.schema_manager.apply_schema_async()  # what `procrastinate schema --apply` runs
+        if action == "install":
+            await app.schema_manager.apply_schema_async()
+        elif action == "enqueue":
+            for numbers in common.chunks(n):
+                await noop.batch_defer_async(*({"n": i} for i in numbers))
+        else:
+            await _async_ready()
+            await app.run_worker_async(queues=[QUEUE], concurrency=n, install_signal_handlers=False)
 
 
 @_sync
-async def procrastinate_enqueue(dsn: str, jobs: int) -> None:
-    app, noop = _procrastinate_app(dsn)
-    async with app.open_async():
-        for numbers in common.chunks(jobs):
-            await noop.batch_defer_async(*({"n": i} for i in numbers))
-
-
-@_sync
-async def procrastinate_work(dsn: str, concurrency: int) -> None:
-    app, _ = _procrastinate_app(dsn)
-    async with app.open_async():
-        await _async_ready()
-        await app.run_worker_async(queues=[QUEUE], concurrency=concurrency, install_signal_handlers=False)
-
-
-@_sync
-async def awa_install(dsn: str) -> None:  # what `awa migrate` (python -m awa migrate) runs, in a running loop
+async def awa_run(action: str, dsn: str, n: int = 0) -> None:
+    """install (what `awa migrate` runs, in a running loop), enqueue n jobs, or work with n handlers."""
     import awa
 
-    await awa.migrate(dsn)
-
-
-@_sync
-async def awa_enqueue(dsn: str, jobs: int) -> None:
-    import awa
-
-    client = awa.AsyncClient(dsn)
-    for numbers in common.chunks(jobs):
-        await client.insert_many_copy([Noop(n=i) for i in numbers], queue=QUEUE)
-    await client.close()
-
-
-@_sync
-async def awa_work(dsn: str, concurrency: int) -> None:
-    import awa
-
-    client = awa.AsyncClient(dsn, max_connections=concurrency + 4)
+    if action == "install":
+        return await awa.migrate(dsn)
+    if action == "enqueue":
+        client = awa.AsyncClient(dsn)
+        for numbers in common.chunks(n):
+            await client.insert_many_copy([Noop(n=i) for i in numbers], queue=QUEUE)
+        return await client.close()
+    client = awa.AsyncClient(dsn, max_connections=n + 4)
     client.task(Noop, queue=QUEUE)(nap)
     await _async_ready()
-    await client.start([(QUEUE, concurrency)])
+    await client.start([(QUEUE, n)])
     await asyncio.Event().wait()
 
 
@@ -270,6 +249,7 @@ def pyqueue_enqueue(dsn: str, jobs: int) -> None:
     common.push_jobs(dsn, jobs, queue=QUEUE, feature=os.environ.get("BENCH_FEATURE", "plain"))
 
 
+ACTIONS = ("install", "enqueue", "work")
 SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency))
     "pyqueue-async": (pyqueue_install, pyqueue_enqueue, functools.partial(pyqueue_work, threads=False)),
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_work),
@@ -277,8 +257,8 @@ SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency))
     "pyqueue-tasks": (pyqueue_install, pyqueue_enqueue, None),
     "pyqueue-batch": (pyqueue_install, pyqueue_enqueue, None),
     "pgqueuer": (lambda dsn: PGQueuer("postgresql").setup(dsn), pgqueuer_enqueue, pgqueuer_work),
-    "procrastinate": (procrastinate_install, procrastinate_enqueue, procrastinate_work),
-    "awa": (awa_install, awa_enqueue, awa_work),
+    "procrastinate": tuple(functools.partial(procrastinate_run, action) for action in ACTIONS),
+    "awa": tuple(functools.partial(awa_run, action) for action in ACTIONS),
     "pgmq": (functools.partial(common.install_pgmq, queue=QUEUE), pgmq_enqueue, pgmq_work),
     # the hand-rolled queue's table of `routines`
     "handrolled": (lambda dsn: HandRolled("mysql").setup(dsn), handrolled_enqueue, handrolled_work),
@@ -288,7 +268,7 @@ SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency))
 def main() -> None:
     global SLEEP_S
     ap = common.parser(__doc__, ("--concurrency", 16, ""), ("--sleep-ms", 0.0, ""))
-    ap.add_argument("action", choices=("install", "enqueue", "work"))
+    ap.add_argument("action", choices=ACTIONS)
     ap.add_argument("system", choices=sorted(SYSTEMS))
     ap.add_argument("dsn")
     ap.add_argument("jobs", type=int, nargs="?", default=0)
