@@ -37,9 +37,8 @@ INT_COLUMNS = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID)  # their INS
 
 
 def setup(cur) -> None:
-    """The scratch copies of pyqueue_message: scratch_all (its columns, defaults, checks and indexes) and
-    scratch_int_narrow (an integer queue id in place of the queue's name; the primary key and the ready
-    index only, the due index's reads served by it)."""
+    """Copies of pyqueue_message: scratch_all (its columns, defaults, checks and indexes), scratch_int_narrow
+    (an integer queue id for its name; the primary key and ready index only, serving the due index's reads)."""
     cur.execute("CREATE TABLE scratch_all (LIKE pyqueue_message INCLUDING ALL) WITH (fillfactor = 80)")
     name = "scratch_int_narrow"
     cur.execute(
@@ -161,9 +160,8 @@ def _connect(dsn: str):
 
 
 def _bulk(args, dsn: str, variants: list, keep: tuple) -> tuple[list, list, range]:
-    """--previous-commit: its sql/ and the queue in the second database (dsn), whose variant (its table
-    "name:...") is then its routine's; --sizes: the variants in keep and it. Returns the variants, the
-    sizes, the rounds (with --sizes from round 0: untimed, the churn before the first)."""
+    """--previous-commit: its sql/ in the second database (dsn), whose variant ("name:..." table) is then its
+    routine's; --sizes: the variants in keep and it. The variants, sizes, rounds (--sizes: from 0, untimed)."""
     second = next(v[2] for v in variants if ":" in v[2])
     if prev := args.previous_commit:
         common.install_commit("postgresql" if dsn.startswith("postgresql") else "mysql", dsn, prev)

@@ -262,8 +262,7 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
     for state, dialect in itertools.product(states, ("postgresql", "mysql")):
         if not (ds := [s for s in systems if s.dialect == dialect]):
             continue
-        title = "PostgreSQL" if dialect == "postgresql" else "MySQL/MariaDB"
-        lines += [f"## {title}, {state} queue", ""]
+        lines += [f"## {'PostgreSQL' if dialect == 'postgresql' else 'MySQL/MariaDB'}, {state} queue", ""]
         header = ["worker"]
         for w in workloads:
             ms = WORKLOADS[w][1]

@@ -56,8 +56,7 @@ def drop(dialect: str, dsn: str) -> None:
         if dialect == "postgresql":
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         else:
-            # as PostgreSQL's WITH (FORCE): end the sessions still in it (a bench client cut
-            # short leaves its statement running, and the DROP would wait for it)
+            # as WITH (FORCE): end its sessions (a client cut short leaves a statement the DROP waits for)
             cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s", (name,))
             for (session,) in cur.fetchall():
                 with contextlib.suppress(Exception):  # it ended meanwhile

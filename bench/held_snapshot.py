@@ -92,10 +92,9 @@ def _insert(conn, dialect: str, table: str, k) -> None:
 
 
 def _rotate(dialect: str, dsn: str):
-    """SEGMENTS job tables in turn: rotor holds the one the pushes go to (current, changed every
-    PERIOD s unless the next is still in use) and the oldest in use; the reserve reads them oldest
-    first. A segment no longer current that reads empty is emptied by TRUNCATE TABLE (a new table:
-    no dead row or index entry left behind for purge or vacuum) and the next becomes the oldest."""
+    """SEGMENTS job tables in turn: rotor holds the one the pushes go to (current, the next every PERIOD s
+    unless it is still in use) and the oldest in use, read first. One no longer current that reads empty is
+    emptied by TRUNCATE TABLE (no dead row or index entry left for purge or vacuum), the next the oldest."""
     conn, auto = common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
     sql, now, k = ROTATE[dialect], NOW[dialect], iter(range(1 << 62))
     common.query(auto, sql["wait"])  # TRUNCATE's lock (metadata; ACCESS EXCLUSIVE): later, not wait
@@ -122,9 +121,8 @@ def _rotate(dialect: str, dsn: str):
         return taken, token
 
     def truncate(s: int) -> None:
-        """seg{s} emptied if it is still the oldest, no longer current (so every push into it has
-        committed) and reads empty; one session at a time (a named lock), so that none empties it
-        after it came round again."""
+        """seg{s} emptied if still the oldest, no longer current (its pushes committed) and empty; one
+        session at a time (a named lock), so that none empties it after it came round again."""
         if common.query(auto, sql["lock"])[0][0] != 1:
             return
         try:

@@ -106,9 +106,8 @@ def stream_worker(dsn: str, queue: str, handlers: int, ready, stop, out) -> None
 
 
 def measure_stream(dsn: str, rate: float, seconds: float, producers: int, batch: int, backlog: int) -> dict:
-    """Pickup under a steady stream: `producers` sessions push no-op jobs (push, or push_many of `batch`)
-    at `rate` a second in all (0: as fast as they can) for `seconds` while a 16-handler worker runs; then
-    a backlog pushed into the paused queue, drained from queue_resume (jobs/s)."""
+    """Pickup while `producers` sessions push no-op jobs (push_many of `batch`) at `rate` a second (0: at
+    full speed) for `seconds` to a 16-handler worker; then a backlog drained from queue_resume (jobs/s)."""
     db, mp = pyqueue_sql.connect(dsn), multiprocessing.get_context("spawn")
     q = db.queue("bench.stream").create()
     ready, stop, out = mp.Event(), mp.Event(), mp.Queue()

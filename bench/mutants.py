@@ -155,7 +155,7 @@ def main() -> int:
     for m in [m for m in mutants if m.get("equivalent")]:
         counts["equivalent"] += 1
         print(f"{'equivalent':8} {a.file.name}:{m['line']} {m['file']} {m.get('note', '')}", flush=True)
-        print(f"         {m['equivalent']}", flush=True)
+        print(f"{'':8} {m['equivalent']}", flush=True)
     mutants = [m for m in mutants if not m.get("equivalent")]
     for d in sorted({dialect_of(m) for m in mutants}):  # a kill counts only where the tree passes
         unmutated = next(m for m in mutants if dialect_of(m) == d) | {"find": "", "replace": ""}

@@ -57,9 +57,8 @@ def _log(line: str) -> None:
 
 
 def handle(job) -> None:
-    """The workers' handler (bench.soak:handle), by kind (bench/README.md, Soak); every run logged to
-    $SOAK_RUNLOG_DIR/runs-<pid>.log by os.write on O_APPEND (a SIGKILL loses no line written):
-    "S <key> <kind> <attempts>" at the start, "E <key> <kind> <attempts> ok|<ExceptionName>" at the end."""
+    """The workers' handler, by kind; every run logged to $SOAK_RUNLOG_DIR/runs-<pid>.log on O_APPEND (a
+    SIGKILL loses no line written): "S key kind attempts" first, "E key kind attempts ok|Error" last."""
     _log(f"S {job.key} {job.kind} {job.attempts}")
     outcome = "ok"
     try:

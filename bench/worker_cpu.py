@@ -153,9 +153,7 @@ def main() -> None:
                 finally:
                     tracing._api = None
                 results.append({"round": rnd + 1, "variant": variant, **r})
-                print(
-                    f"worker-cpu: round {rnd + 1} {variant}: {r['cpu_us_per_job']:.1f} µs a job", flush=True
-                )
+                print(f"worker-cpu: round {rnd + 1}, {variant}: {r['cpu_us_per_job']:.1f} µs", flush=True)
     meta["load_after"] = common.loadavg()
     figures = [("cpu_us_per_job", ".1f"), ("server_cpu_us_per_job", ".1f"), ("rate", ",.0f")]
     rows = [
@@ -174,8 +172,7 @@ def main() -> None:
         "",
     ]
     out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
-    data = {"meta": meta, "results": results}
-    common.write(out, "worker-cpu", "\n".join(md), data, "worker-cpu: ")
+    common.write(out, "worker-cpu", "\n".join(md), {"meta": meta, "results": results}, "worker-cpu: ")
 
 
 if __name__ == "__main__":

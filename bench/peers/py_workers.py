@@ -199,8 +199,9 @@ def pgmq_work(dsn: str, concurrency: int) -> None:
 # default REPEATABLE READ a claim locks the purge-pending entries at the ready range's head (10 rows:
 # 381 jobs/s no-op; 100: lock table full). READ COMMITTED, no-op / 10 ms jobs, jobs/s: 10 rows
 # 1,052 / 2,394, 50 rows 1,833 / 2,748, 100 rows 3,032 / 2,650, 200 rows 3,615 / 2,321.
-HAND_BATCH = 100
-HAND_ISOLATION = "READ COMMITTED"
+HAND_BATCH, HAND_ISOLATION = 100, "READ COMMITTED"
+HAND_CLAIM = f"SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id LIMIT {HAND_BATCH} FOR UPDATE SKIP LOCKED"
+HAND_LEASE = "UPDATE job SET run_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, token = UUID() WHERE id IN ({})"
 
 
 def handrolled_enqueue(dsn: str, jobs: int) -> None:
@@ -219,15 +220,9 @@ def handrolled_work(dsn: str, concurrency: int) -> None:
 
     def claim(conn) -> list:
         cur = conn.cursor()
-        cur.execute(
-            "SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id "
-            f"LIMIT {HAND_BATCH} FOR UPDATE SKIP LOCKED"
-        )
-        ids = [row[0] for row in cur.fetchall()]
-        if ids:
-            marks = ", ".join(["%s"] * len(ids))
-            lease = "run_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, token = UUID()"
-            cur.execute(f"UPDATE job SET {lease} WHERE id IN ({marks})", ids)
+        cur.execute(HAND_CLAIM)
+        if ids := [row[0] for row in cur.fetchall()]:
+            cur.execute(HAND_LEASE.format(", ".join(["%s"] * len(ids))), ids)
         conn.commit()
         return ids
 
