@@ -142,8 +142,7 @@ def _keys(calls: int, size: int = BATCH) -> list[list[str]]:
 
 
 def _timed(on: tuple, rows: int, work) -> dict:
-    """work(), which must do `rows` rows, per row: the CPU of the server process (or thread) on
-    (None where /proc cannot tell), this process's, the wall."""
+    """Per row of work() (`rows` rows): the CPU of the server process or thread on (or None), ours, wall."""
     s0, c0, t0 = common.process_cpu(*on), time.process_time(), time.perf_counter()
     if (done := work()) != rows:
         raise RuntimeError(f"batch-cost: {done} rows of {rows}")
@@ -225,8 +224,7 @@ def run(args) -> tuple[list[dict], dict]:
 
 
 def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[dict]) -> list[dict]:
-    """The drain part's rounds: each variant filled (untimed, by its own fastest path), then
-    drained and timed."""
+    """The drain's rounds: each variant filled (untimed, by its own fastest path), then drained, timed."""
     # the bare statements' own session: plans by index, as the routines' (which set the same)
     with _connect(dsn) as bare_conn:
         bare = bare_conn.cursor()
@@ -250,8 +248,7 @@ def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[d
 
 
 def _table(results: list[dict], base: str, vs_name: str, vs) -> list[str]:
-    """A row a variant: its server CPU a row (median (min-max)), vs(variant, its median, the base
-    variant's median), its client CPU and wall a row."""
+    """A row a variant: its server CPU, vs(name, its median, the base's median), client CPU, wall, a row."""
     med = {}
     for name in dict.fromkeys(r["variant"] for r in results):
         rs = [r for r in results if r["variant"] == name]
@@ -390,21 +387,19 @@ def run_mysql(args) -> tuple[list[dict], dict]:
 def summarize_mysql(results: list[dict], meta: dict) -> str:
     plain = "plain job table: multi-row INSERT IGNORE"
     plain_over = lambda _name, s, base: f"{base / s:.2f}" if s and base else ""  # noqa: E731
-    return "\n".join(
-        [
-            "# Batch cost, MariaDB: a row of a bulk enqueue against the plain job table",
-            "",
-            f"Command: `{meta['command']}`; {meta['started']}, {meta['server']}, {meta['rounds']} round(s) of "
-            f"{meta['calls']} calls of {meta['batch']:,} rows per variant, rounds interleaved, the variants' order "
-            f"rotating; load average {meta['load_before']} before, {meta['load_after']} after. Server CPU: the "
-            "connection's server thread (`information_schema.PROCESSLIST.TID`, `/proc/<server>/task/<tid>`, "
-            "10 ms ticks), per row, median over the rounds (min-max); `plain / this`: the plain job table's "
-            "server CPU a row over this variant's (the bulk target's ratio, >= 0.5 for `push_many`); client CPU: "
-            "this process's; wall: the client's clock. Method: bench/README.md, Batch cost.",
-            "",
-            *_table(results, plain, "plain / this", plain_over),
-        ]
-    )
+    return "\n".join([
+        "# Batch cost, MariaDB: a row of a bulk enqueue against the plain job table",
+        "",
+        f"Command: `{meta['command']}`; {meta['started']}, {meta['server']}, {meta['rounds']} round(s) of "
+        f"{meta['calls']} calls of {meta['batch']:,} rows per variant, rounds interleaved, the variants' order "
+        f"rotating; load average {meta['load_before']} before, {meta['load_after']} after. Server CPU: the "
+        "connection's server thread (`information_schema.PROCESSLIST.TID`, `/proc/<server>/task/<tid>`, "
+        "10 ms ticks), per row, median over the rounds (min-max); `plain / this`: the plain job table's "
+        "server CPU a row over this variant's (the bulk target's ratio, >= 0.5 for `push_many`); client CPU: "
+        "this process's; wall: the client's clock. Method: bench/README.md, Batch cost.",
+        "",
+        *_table(results, plain, "plain / this", plain_over),
+    ])  # fmt: skip
 
 
 def summarize_bulk(results: list[dict], meta: dict, peer: str, bare: str) -> str:

@@ -191,8 +191,7 @@ class PyQueueCommitReserve(PyQueue):
 
 
 class Previous(PyQueue):
-    """pyqueue-sql with a git commit's sql/ (ab, --previous-commit), through the same Python client;
-    a peer, so the ratio is newest / previous."""
+    """pyqueue-sql with a git commit's sql/ (ab, --previous-commit): a peer, the ratio newest / previous."""
 
     name = "previous revision"
     role = "peer"
@@ -483,8 +482,7 @@ DEFAULT_SYSTEMS = {
 
 
 def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results) -> None:
-    """One client process: its share of the messages (keys random, uuid4 hex as users' business
-    keys are), from the barrier until done or the time cap."""
+    """One client process: its share of the messages (random uuid4 keys), from the barrier to done or cap."""
     try:
         system = system_cls(dialect)
         system.open(dsn)
@@ -523,8 +521,7 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
 
 
 def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state="fresh") -> dict:
-    """One measurement: the system emptied (fresh) or churned, prefilled for a consuming workload,
-    then the client processes from one barrier; the rate, and the CPU a message."""
+    """One measurement: the system emptied or churned, prefilled to consume, clients from one barrier."""
     out: dict[str, Any] = {}
     if state == "churned" and "reserve_ack_batch" in system_cls.calls:  # it consumes: it can be drained
         with system_cls(dialect).opened(dsn) as system:  # what the last one left drained, n pushed, drained

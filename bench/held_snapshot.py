@@ -31,8 +31,7 @@ HOLD = {"mysql": "START TRANSACTION WITH CONSISTENT SNAPSHOT", "postgresql": "SE
 
 def _pyqueue(dialect: str, dsn: str):
     db = pyqueue_sql.connect(dsn)
-    q = db.queue(QUEUE)
-    k = iter(range(1 << 62))
+    q, k = db.queue(QUEUE), iter(range(1 << 62))
     return (
         lambda: q.push_many([(f"m{next(k)}", "job", {"n": i}) for i in range(BATCH)]),
         lambda: q.reserve(n=BATCH, worker="held", timeout=LEASE),
@@ -43,9 +42,8 @@ def _pyqueue(dialect: str, dsn: str):
 
 def _plain(dialect: str, dsn: str):
     """The hand-rolled SKIP LOCKED job table of the routines suite (bench.bench.HandRolled)."""
-    job = HandRolled(dialect)
+    job, k = HandRolled(dialect), iter(range(1 << 62))
     job.open(dsn)
-    k = iter(range(1 << 62))
     return (
         lambda: job.push_batch([f"m{next(k)}" for _ in range(BATCH)]),
         lambda: job._reserve(BATCH),
@@ -270,8 +268,7 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
 
 
 def _window(series, times, systems, t0: float, t1: float) -> dict:
-    """msg/s, the reserve's p50/p99 (ms) and the CPU a message (µs) of its client and of its server
-    session, of each system between t0 and t1 (s since the start)."""
+    """Each system's msg/s, reserve p50/p99 (ms), client and server CPU a message (µs) from t0 to t1 (s)."""
     (ta, ca, ua), (tb, cb, ub) = (min(series, key=lambda s: abs(s[0] - t)) for t in (t0, t1))
     per_msg = lambda a, b, m: round(1e6 * (b - a) / m, 1) if None not in (a, b) and m > 0 else None  # noqa: E731
     out = {}

@@ -63,8 +63,8 @@ class Recorder:
             try:
                 self.db = pyqueue_sql.connect(self.dsn)
                 if self.isolation:
-                    cur = self.db.connection.cursor()
                     what = "SESSION CHARACTERISTICS AS" if self.dialect == "postgresql" else "SESSION"
+                    cur = self.db.connection.cursor()
                     cur.execute(f"SET {what} TRANSACTION ISOLATION LEVEL {self.isolation}")
                 a = time.clock_gettime(time.CLOCK_REALTIME)
                 self.t = self.server_clock()
@@ -583,8 +583,7 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
             return
         c.end0 = min(c.end0, o.t0)
         c.m.ops.append(o)
-        last = c.attempts >= MAX_ATTEMPTS
-        if leaves or (leaves is None and last):
+        if leaves or (leaves is None and c.attempts >= MAX_ATTEMPTS):  # None: it leaves on a last delivery
             c.m.depart = min(c.m.depart, o.t0)
         if ok:
             c.acts.append(o)

@@ -42,8 +42,7 @@ def summary(latencies: list[float], expected: int) -> dict:
 
 
 def measure_latency(dsn: str, samples: int, idle_seconds: float) -> dict:
-    """Push -> handler-start latencies in ms of one idle Worker (concurrency 4), then its own
-    database round trips a second while nothing happens, and its wakeups."""
+    """Push -> handler-start latencies (ms) of an idle Worker (concurrency 4), its queries a second idle."""
     db = pyqueue_sql.connect(dsn)
     q = db.queue("bench.latency").create()
     started: dict[str, float] = {}

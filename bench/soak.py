@@ -394,8 +394,7 @@ def run_dialect(dialect: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> dict[str, Any]:
-    """The keys the producers had acknowledged against the history, the queue, the dead-letter
-    queue and the handler's run logs."""
+    """The acknowledged keys against the history, the queue, the dead-letter queue and the run logs."""
     acked: dict[str, str] = {}  # key: kind of each push acknowledged (uncertain: of those that raised)
     uncertain: dict[str, str] = {}
     for p in key_files:
@@ -483,7 +482,7 @@ def markdown(r: dict[str, Any], command: str) -> str:
     a, st = r["accounting"], r["settings"]
     cut, redone = a["handler_runs_cut_by_kill"], a["redeliveries_after_kills"]
     kinds = [(k, *v.values()) for k, v in a["per_kind"].items()]
-    lines = [
+    return "\n".join([
         f"# Soak, {r['dialect']} ({'PASS' if r['ok'] else 'FAIL'})",
         "",
         f"Command: `{command}`  ",
@@ -511,8 +510,7 @@ def markdown(r: dict[str, Any], command: str) -> str:
         f"Pushes that raised (outcome unknown): {a['uncertain_pushes']}; kills: {a['kills']}; workers started: "
         f"{r['workers']['processes_started']}; exits: {r['workers']['returncodes']}; died on their own: "
         f"{len(r['unexpected_exits'])}; producer errors: {r['samples'][-1]['producer_errors']}",
-    ]
-    return "\n".join(lines) + "\n"
+    ]) + "\n"  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

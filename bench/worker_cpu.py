@@ -80,8 +80,7 @@ def bare_loop(dsn: str, jobs: int, ended) -> None:
 
 
 def drain(dsn: str, jobs: int, variant: str | None = None) -> dict:
-    """One Worker, built as cmd_worker builds it, drains the backlog (variant "bare": bare_loop;
-    "asyncio": an AsyncWorker with an async def no-op handler, its defaults otherwise)."""
+    """One Worker as cmd_worker builds it drains the backlog ("bare": bare_loop; "asyncio": AsyncWorker)."""
     if variant != "bare":
         worker = (AsyncWorker if variant == "asyncio" else Worker)(dsn, concurrency=CONCURRENCY)
         handler = _async_noop if variant == "asyncio" else _noop
