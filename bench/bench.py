@@ -254,8 +254,7 @@ class InsertCeiling(System):
 
 
 class HandRolled(System):
-    """A hand-rolled SKIP LOCKED queue, the design a team writes itself (DDL below, the calls in
-    `calls`): reserve = the SELECT and an UPDATE of run_at and a token in one transaction."""
+    """The SKIP LOCKED queue a team writes itself: reserve = the SELECT and an UPDATE of run_at, token."""
 
     name = "SKIP LOCKED by hand"
     lock = "FOR UPDATE SKIP LOCKED"

@@ -219,8 +219,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
 
 
 def measure(system: System, workload: str, jobs: int, cap: float, state: str = "fresh") -> dict:
-    """One drain, of a fresh queue (the backlog enqueued, then VACUUM ANALYZE) or a churned one (the
-    backlog enqueued, drained by the same workers uncounted, enqueued again, nothing vacuumed)."""
+    """One drain of a fresh queue (VACUUM ANALYZE) or a churned one (drained once uncounted, enqueued again)."""
     sleep_ms = WORKLOADS[workload][1]
     tag = "bd_" + "".join(c if c.isalnum() else "_" for c in system.name)[:20]
     with common.database(system.dialect, tag, install=False) as dsn:

@@ -94,8 +94,7 @@ def measure_limited(dsn: str, limited: int, consumers: int, seconds: float) -> d
 
 
 def stream_worker(dsn: str, queue: str, handlers: int, ready, stop, out) -> None:
-    """A Worker of `handlers` threads in a process of its own, as users run one: each no-op job's
-    enqueue -> start in ms (the producer's time.time() is in the payload); sent to out at stop."""
+    """A Worker of `handlers` threads in a process of its own: each job's enqueue -> start (ms), at stop."""
     lat: list[float] = []
     handler = lambda job: "t" in job.payload and lat.append((time.time() - job.payload["t"]) * 1000)  # noqa: E731
     with running(dsn, queue, handler, handlers):

@@ -183,8 +183,7 @@ def _threads(conns: list, claim, delete) -> None:
 
 
 def pgmq_work(dsn: str, concurrency: int) -> None:
-    """Read up to PGMQ_BATCH messages (visibility 30 s), delete them in one call (pgmq's
-    read_with_poll is the alternative to the sleep when empty)."""
+    """Up to PGMQ_BATCH messages read (visibility 30 s) and deleted in one call (or read_with_poll)."""
     import psycopg
 
     read = "SELECT msg_id, read_ct, enqueued_at, vt, message FROM pgmq.read(%s::text, 30, %s)"
@@ -212,8 +211,7 @@ def handrolled_enqueue(dsn: str, jobs: int) -> None:
 
 
 def handrolled_work(dsn: str, concurrency: int) -> None:
-    """In one transaction take up to HAND_BATCH ready rows (FOR UPDATE SKIP LOCKED) and lease them
-    (run_at + 30 s, a token), commit; delete them in one statement."""
+    """Up to HAND_BATCH ready rows claimed and leased in a transaction (HAND_CLAIM), deleted in one."""
     conns = [common.raw_connect("mysql", dsn, autocommit=False) for _ in range(concurrency)]
     for conn in conns:
         conn.cursor().execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {HAND_ISOLATION}")
