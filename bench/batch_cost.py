@@ -193,8 +193,7 @@ def run(args) -> tuple[list[dict], dict]:
         todo, sizes, rounds = _bulk(args, dsn_nodue, todo, BULK_PG)
         query = "SELECT pg_backend_pid(), current_setting('autovacuum'), version()"
         pid, autovacuum, version = common.query(conn, query)[0]
-        # the routine through the client, on its own connection (its server process timed alone),
-        # and on a table without its due index, in a database of its own
+        # the routine through the client on connections of its own, one to a database without the due index
         db, db_nodue = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_nodue))
         prev or nodue.execute("DROP INDEX pyqueue_message_due_idx")
         qs = {NODUE: db_nodue.queue(QUEUE), "": db.queue(QUEUE)}

@@ -26,8 +26,7 @@ import pyqueue_sql
 from bench import common
 
 WORKLOADS = ("push", "reserve_ack", "push_batch", "reserve_ack_batch")
-# bulk enqueue: a system's batch push with BULK messages a call (push_many's chunk), against pgmq's
-# send_batch and a plain job table's multi-row INSERT; measured on --bulk-messages messages
+# bulk enqueue: BULK messages a call (push_many's chunk), against send_batch and a multi-row INSERT
 BULK_WORKLOADS = ("push_bulk",)
 ALL_WORKLOADS = WORKLOADS + BULK_WORKLOADS
 CONSUMING = ("reserve_ack", "reserve_ack_batch")
@@ -390,8 +389,7 @@ class Pgmq(System):
     def push_batch(self, keys: list[str]) -> None:
         common.query(self.conn, self.SEND_BATCH, (QUEUE, [_payload(k) for k in keys]))
 
-    # What pgmq's Python client sends for each call (pgmq/_sql.py): a consumer reads whole
-    # messages, as pyqueue's reserve and the other peers return them.
+    # What pgmq's Python client sends (pgmq/_sql.py): a consumer reads whole messages, as the others'.
     SEND = "SELECT * FROM pgmq.send(queue_name=>%s::text, msg=>%s::jsonb)"
     SEND_BATCH = "SELECT * FROM pgmq.send_batch(queue_name=>%s::text, msgs=>%s::jsonb[])"
     READ = (

@@ -109,8 +109,7 @@ def feature(name: str, dialect: str) -> System:
 
 LIVE = "SELECT count(*) FROM pyqueue_message"
 DRIVERS = {"postgresql": ("psycopg", "psycopg"), "mysql": ("aiomysql", "pymysql")}  # (AsyncWorker, Worker)
-# pyqueue-sql's two workers (not peers), `pyqueue-sql worker` (--systems, --batch), then the peers: name,
-# dialect, label, kind, the count of its unfinished jobs, and a note.
+# pyqueue-sql's two workers (not peers), `pyqueue-sql worker` (--systems, --batch), then the peers
 SYSTEMS = [
     *(system for d in ("postgresql", "mysql") for system in (
         System("pyqueue-async", d, "**pyqueue-sql `AsyncWorker`** (async def handler)", "py", LIVE, peer=False, needs=DRIVERS[d][0]),
@@ -171,8 +170,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             # whatever the worker prints afterwards is read and dropped
             threading.Thread(target=p.stdout.read, daemon=True).start()
         cpu0 = [common.process_cpu(p.pid) for p in procs]  # start-up and imports: not counted
-        # PostgreSQL: the CPU of each backend connected to the system's database but the counter's
-        # (None: the server is not on this machine; MySQL/MariaDB: sessions are threads of one process)
+        # PostgreSQL: each backend of the system's database but the counter's (None: the server is elsewhere)
         pg = system.dialect == "postgresql"
         server0 = common.sessions_cpu(cur, strict=True) if pg else None  # backends opened later start from 0
         # MySQL/MariaDB: the whole server process (whatever else it serves meanwhile counts too)

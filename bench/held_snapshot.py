@@ -218,9 +218,8 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) 
             sent, buf = time.perf_counter(), []
 
 
-# What a read costs, whatever the load. PostgreSQL: the buffers one reserve touches (EXPLAIN ANALYZE
-# BUFFERS, REPEATABLE READ, rolled back). MySQL/MariaDB (a CALL has no ANALYZE): the pages a read of
-# the first 50 ready entries accesses (ANALYZE FORMAT=JSON), the delete-marked ones it steps over.
+# What a read costs, whatever the load. PostgreSQL: the buffers a reserve touches (EXPLAIN ANALYZE, rolled
+# back). MariaDB (a CALL has no ANALYZE): the pages a read of the first 50 ready entries accesses (dead too).
 PROBE = {
     ("postgresql", "pyqueue"): f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', {BATCH})",
     ("postgresql", "pgmq"): f"SELECT * FROM pgmq.read('{QUEUE}', 300, {BATCH})",

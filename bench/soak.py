@@ -454,8 +454,7 @@ def account(probe: Probe, fleet: Fleet, key_files: list[str], workdir: str) -> d
         "handler_runs_failed": sum(c for (_, res), c in runs["results"].items() if res != "ok"),
         "kills": dict(fleet.kills),
     }
-    # Runs that neither failed nor led to the key's commit: cut by a kill, or finished but the
-    # worker died before its commit (the message came back).
+    # runs neither failed nor committed: cut by a kill, or their worker died before the commit
     a["redeliveries_after_kills"] = total_runs - a["handler_runs_failed"] - len(committed & ran)
     a["balance"] = f"{len(acked_keys)} in = {len(committed)} committed + {len(dead)} dead-lettered + "
     a["balance"] += f"{len(live)} left"

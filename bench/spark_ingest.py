@@ -41,8 +41,7 @@ def frame(spark, rows: int, partitions: int):
     )
     df = df.cache()
     df.count()
-    # Start the Python workers the bulk path runs in (once per session, reused after), so
-    # that no step's time includes their start-up.
+    # the Python workers the bulk path runs in started (once a session), so that no step counts their start
     spark.sparkContext.parallelize(range(partitions), partitions).map(lambda x: x).count()
     return df
 
