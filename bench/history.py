@@ -120,8 +120,7 @@ class KeepAnswer(list):
 
 
 def producer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=PUSH_KINDS, leases=()) -> Any:
-    """One producer operation a call: pushes of every shape, fresh keys (which must be new), and
-    pushes again of delayed keys pushed before (which must be refused as duplicates)."""
+    """A push a call, of every shape: fresh keys (must be new), delayed keys again (must be refused)."""
     seq, dedup, groups = [0], [], [f"{name}.g{i}" for i in range(8)]
     for g in groups[::2]:
         rec.call("group_limit", [g, 2], lambda db, g=g: db.queue(Q).set_group_limit(g, 2))
@@ -161,8 +160,7 @@ def producer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=PU
 
 
 def consumer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=(), leases=TIMEOUTS) -> Any:
-    """One consumer operation a call, on the reservations it holds (and, now and then, on one it
-    no longer holds: a stale token must not work)."""
+    """A call a step on the reservations it holds (now and then a stale token's, which must not work)."""
     hold: list = []
     stale: list = []  # reservations this client no longer holds
 
@@ -276,8 +274,7 @@ def client_main(role, name, dialect, dsn, path, seed, budget, stop, skew, isolat
 
 
 class Server:
-    """Where the history runs: a database on the shared server (no restarts), or a server of the
-    suite's own (tests/own_postgres.py, tests/own_mariadb.py) that it may restart."""
+    """A database on the shared server, or a server of the suite's own (tests/own_*.py) that it restarts."""
 
     def __init__(self, dialect: str, own: bool, dsn: str | None = None):
         self.dialect, self.own, self.server, self.lent = dialect, own, None, dsn is not None
@@ -394,8 +391,7 @@ def send(p, sig) -> None:
 
 
 def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> collections.Counter:
-    """Faults until the budget is spent: one a 0.5 to 2 s and 10 to 30 operations, the kind at random;
-    a restart every --restart-every s on a server of the suite's own."""
+    """Faults till the budget is spent (one a 0.5-2 s and 10-30 calls; a restart every --restart-every s)."""
     faults: collections.Counter = collections.Counter()
     paused: dict[str, float] = {}
     next_restart = time.monotonic() + fleet.args.restart_every

@@ -161,8 +161,7 @@ def pgmq_enqueue(dsn: str, jobs: int) -> None:
 
 
 def _threads(conns: list, claim, delete) -> None:
-    """One thread a connection: claim(conn) -> ids (when none, sleep 50 ms: nothing is empty during
-    a burn-down), the handler on each, delete(conn, ids); says ready and runs until killed."""
+    """A thread a connection: claim(conn) -> ids (none: a 50 ms sleep), the handler on each, delete(conn, ids)."""
 
     def loop(conn) -> None:
         while True:
