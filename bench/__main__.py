@@ -1,8 +1,7 @@
 """The one entry to every benchmark suite: python -m bench SUITE [options] (from the repository root).
 `python -m bench` lists the suites, `python -m bench SUITE --help` gives a suite's options; --quick
 stands for the suite's own small options (SUITES below; options after it win) and writes to
-bench/results/ only. What each suite measures and how to read its table: bench/README.md.
-"""
+bench/results/ only. What each suite measures and how to read its table: bench/README.md."""
 
 from __future__ import annotations
 

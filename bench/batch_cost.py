@@ -1,11 +1,6 @@
 """Batch cost: the server CPU of a batch push row and of a batch drain row, the routines against pgmq
-and plain statements on copies of the table; --dialects mysql: MariaDB's bulk enqueue. The variants
-and how to read the tables: bench/README.md, Batch cost.
-
-    python -m bench batch-cost                       # 7 rounds, 300 calls of 100 rows per variant
-    python -m bench batch-cost --quick               # 1 round, 20 calls
-    python -m bench batch-cost --dialects mysql      # the MariaDB part alone
-"""
+and plain statements on copies of the table; --dialects mysql: MariaDB's bulk enqueue; --sizes: the bulk
+enqueue side by side. The variants and how to read the tables: bench/README.md, Batch cost."""
 
 from __future__ import annotations
 
@@ -27,10 +22,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUE = "bench"
 BATCH = 100
 
-# the secondary indexes (the integer queue id's copy rebuilds them)
-INDEXES = ("pyqueue_message_ready_idx", "pyqueue_message_due_idx", "pyqueue_message_group_idx")
-# the narrow set: the primary key and the ready index (the due index's reads served by it)
-NOT_NARROW = ("pyqueue_message_due_idx", "pyqueue_message_group_idx", "pyqueue_message_group_live_idx")
 COLUMNS = "queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at"
 SELECT = "SELECT %s, k, 'job', p, 0, now(), now(), now() FROM unnest(%s::text[], %s::jsonb[]) AS u(k, p)"
 # the routine's own INSERT (its first write): ids drawn in the batch's order, rows in key order
@@ -45,30 +36,20 @@ INT_QUEUE = (QUEUE_ID, "queue_id", "integer")  # the int copies' queue, its colu
 INT_COLUMNS = (COLUMNS.replace("queue_name", "queue_id"), QUEUE_ID)  # their INSERT's columns, queue
 
 
-def _scratch(cur, name: str) -> None:
-    """A scratch copy of pyqueue_message: its columns, defaults, checks and indexes."""
-    cur.execute(f"DROP TABLE IF EXISTS {name}")
-    cur.execute(f"CREATE TABLE {name} (LIKE pyqueue_message INCLUDING ALL) WITH (fillfactor = 80)")
-
-
-def _scratch_int(cur, name: str, drop: tuple[str, ...] = ()) -> None:
-    """A scratch copy of pyqueue_message with an integer queue id (queue_id) in place of the queue's
-    name, in the primary key and in every index the name leads, less the indexes in drop."""
-    cur.execute(f"DROP TABLE IF EXISTS {name}")
+def setup(cur) -> None:
+    """Copies of pyqueue_message: scratch_all (its columns, defaults, checks and indexes), scratch_int_narrow
+    (an integer queue id for its name; the primary key and ready index only, serving the due index's reads)."""
+    cur.execute("CREATE TABLE scratch_all (LIKE pyqueue_message INCLUDING ALL) WITH (fillfactor = 80)")
+    name = "scratch_int_narrow"
     cur.execute(
         f"CREATE TABLE {name} (LIKE pyqueue_message INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
         "INCLUDING IDENTITY INCLUDING STORAGE) WITH (fillfactor = 80)"
     )
     cur.execute(f"ALTER TABLE {name} DROP COLUMN queue_name, ADD COLUMN queue_id integer NOT NULL")
     cur.execute(f"ALTER TABLE {name} ADD PRIMARY KEY (queue_id, p_key, p_kind)")
-    for index in (*INDEXES, "pyqueue_message_group_live_idx"):
-        if index in drop:
-            continue
-        cur.execute("SELECT pg_get_indexdef(%s::regclass)", (index,))
-        (definition,) = cur.fetchone()
-        renamed = f"INDEX {name}_{index.removeprefix('pyqueue_message_')} ON {name}"
-        definition = re.sub(r"INDEX (\w+) ON \S+", renamed, definition)
-        cur.execute(definition.replace("(queue_name,", "(queue_id,"))
+    cur.execute("SELECT pg_get_indexdef('pyqueue_message_ready_idx'::regclass)")
+    definition = re.sub(r"INDEX (\w+) ON \S+", f"INDEX {name}_ready_idx ON {name}", cur.fetchone()[0])
+    cur.execute(definition.replace("(queue_name,", "(queue_id,"))
 
 
 # the routine's table in the second database, whose due index is dropped
@@ -93,17 +74,12 @@ DRAIN_VARIANTS = [
 ]  # fmt: skip
 
 
-def runnable(variants: list[tuple[str, str, str]], has_pgmq: bool) -> list[tuple[str, str, str]]:
-    return [v for v in variants if has_pgmq or not v[2].startswith("pgmq.")]
-
-
 # {q}: the queue's column (queue_name, or queue_id on the int copies); the range is read from the
 # fill's start (%s after the queue), as the routines read it from their bound (pyqueue_ready_from)
 BARE_RESERVE = (
     "WITH c AS (SELECT ctid FROM {t} WHERE {q} = %s AND priority = 0 "
     "AND scheduled_at > '-infinity' AND scheduled_at >= %s AND scheduled_at <= now() "
-    "ORDER BY priority, scheduled_at, id "
-    "LIMIT 100 FOR UPDATE SKIP LOCKED) "
+    "ORDER BY priority, scheduled_at, id LIMIT 100 FOR UPDATE SKIP LOCKED) "
     "UPDATE {t} m SET scheduled_at = now() + interval '30 seconds', attempts = m.attempts + 1, "
     "reserved_by = 'bench', reserve_token = gen_random_uuid() FROM c WHERE m.ctid = c.ctid "
     "RETURNING m.p_key, m.p_kind, m.payload, m.reserve_token"
@@ -135,16 +111,9 @@ def drain_once(cur, q, bare, how: str, table: str, since=None) -> int:
     bare.execute(BARE_RESERVE.format(t=table, q=column), (queue, since))
     rows = bare.fetchall()
     if rows:
-        bare.execute(
-            BARE_COMMIT.format(t=table, q=column, qt=typ),
-            (queue, [r[0] for r in rows], [r[1] for r in rows], [r[3] for r in rows]),
-        )
+        keys, kinds, tokens = ([r[i] for r in rows] for i in (0, 1, 3))
+        bare.execute(BARE_COMMIT.format(t=table, q=column, qt=typ), (queue, keys, kinds, tokens))
     return len(rows)
-
-
-def setup(cur) -> None:
-    _scratch(cur, "scratch_all")
-    _scratch_int(cur, "scratch_int_narrow", drop=NOT_NARROW)
 
 
 def call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> int:
@@ -173,8 +142,7 @@ def _keys(calls: int, size: int = BATCH) -> list[list[str]]:
 
 
 def _timed(on: tuple, rows: int, work) -> dict:
-    """work(), which must do `rows` rows, per row: the CPU of the server process (or thread) on
-    (None where /proc cannot tell), this process's, the wall."""
+    """Per row of work() (`rows` rows): the CPU of the server process or thread on (or None), ours, wall."""
     s0, c0, t0 = common.process_cpu(*on), time.process_time(), time.perf_counter()
     if (done := work()) != rows:
         raise RuntimeError(f"batch-cost: {done} rows of {rows}")
@@ -191,9 +159,8 @@ def _connect(dsn: str):
 
 
 def _bulk(args, dsn: str, variants: list, keep: tuple) -> tuple[list, list, range]:
-    """--previous-commit: its sql/ and the queue in the second database (dsn), whose variant (its table
-    "name:...") is then its routine's; --sizes: the variants in keep and it. Returns the variants, the
-    sizes, the rounds (with --sizes from round 0: untimed, the churn before the first)."""
+    """--previous-commit: its sql/ in the second database (dsn), whose variant ("name:..." table) is then its
+    routine's; --sizes: the variants in keep and it. The variants, sizes, rounds (--sizes: from 0, untimed)."""
     second = next(v[2] for v in variants if ":" in v[2])
     if prev := args.previous_commit:
         common.install_commit("postgresql" if dsn.startswith("postgresql") else "mysql", dsn, prev)
@@ -222,11 +189,11 @@ def run(args) -> tuple[list[dict], dict]:
         conn, nodue_conn = (stack.enter_context(_connect(d)) for d in (dsn, dsn_nodue))
         cur, nodue = conn.cursor(), nodue_conn.cursor()
         setup(cur)
-        todo, sizes, rounds = _bulk(args, dsn_nodue, runnable(VARIANTS, has_pgmq), BULK_PG)
+        todo = [v for v in VARIANTS if has_pgmq or not v[2].startswith("pgmq.")]
+        todo, sizes, rounds = _bulk(args, dsn_nodue, todo, BULK_PG)
         query = "SELECT pg_backend_pid(), current_setting('autovacuum'), version()"
         pid, autovacuum, version = common.query(conn, query)[0]
-        # the routine through the client, on its own connection (its server process timed alone),
-        # and on a table without its due index, in a database of its own
+        # the routine through the client on connections of its own, one to a database without the due index
         db, db_nodue = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_nodue))
         prev or nodue.execute("DROP INDEX pyqueue_message_due_idx")
         qs = {NODUE: db_nodue.queue(QUEUE), "": db.queue(QUEUE)}
@@ -256,8 +223,7 @@ def run(args) -> tuple[list[dict], dict]:
 
 
 def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[dict]) -> list[dict]:
-    """The drain part's rounds: each variant filled (untimed, by its own fastest path), then
-    drained and timed."""
+    """The drain's rounds: each variant filled (untimed, by its own fastest path), then drained, timed."""
     # the bare statements' own session: plans by index, as the routines' (which set the same)
     with _connect(dsn) as bare_conn:
         bare = bare_conn.cursor()
@@ -267,8 +233,9 @@ def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[d
         on["bare_int"], pid = on["bare"], common.session_id("postgresql", conn)
         fills = {"routine": "queue_push_batch", "pgmq": "pgmq.send_batch", "bare_int": "insert_int"}
         results, q, cur = [], db.queue(QUEUE), conn.cursor()
+        todo = [v for v in DRAIN_VARIANTS if has_pgmq or v[1] != "pgmq"]
         for rnd in range(args.rounds):
-            for name, how, table in common.rotated(runnable(DRAIN_VARIANTS, has_pgmq), rnd):
+            for name, how, table in common.rotated(todo, rnd):
                 (since,) = common.query(conn, "SELECT now()")[0]
                 for keys in _keys(args.calls):
                     call(cur, q, fills.get(how, "insert"), table, keys, payloads)
@@ -280,8 +247,7 @@ def drain(args, conn, dsn: str, db, q_pid: int, has_pgmq: bool, payloads: list[d
 
 
 def _table(results: list[dict], base: str, vs_name: str, vs) -> list[str]:
-    """A row a variant: its server CPU a row (median (min-max)), vs(variant, its median, the base
-    variant's median), its client CPU and wall a row."""
+    """A row a variant: its server CPU, vs(name, its median, the base's median), client CPU, wall, a row."""
     med = {}
     for name in dict.fromkeys(r["variant"] for r in results):
         rs = [r for r in results if r["variant"] == name]
@@ -296,29 +262,15 @@ def _table(results: list[dict], base: str, vs_name: str, vs) -> list[str]:
     return [*common.table(header, rows, "lrrrr"), ""]
 
 
-def summarize_drain(results: list[dict], meta: dict) -> list[str]:
-    results = [r for r in results if r.get("part") == "drain"]
-    if not results:
-        return []
-    pgmq = "pgmq read(100) + delete(ids)"
-    x_pgmq = lambda _name, s, base: f"{s / base:.2f}" if s is not None and base else ""  # noqa: E731
-    return [
-        "## Drain: a row taken (100 a call) and acknowledged",
-        "",
-        f"The same {meta['rounds']} round(s), each variant filled with {meta['calls']} x {meta['batch']} rows "
-        "(untimed), then drained 100 a call; server CPU of the draining session, client CPU of this process, "
-        "per row; `x pgmq`: the server CPU a row against pgmq's. Method: bench/README.md, Batch cost.",
-        "",
-        *_table(results, pgmq, "x pgmq", x_pgmq),
-    ]
-
-
 def summarize(results: list[dict], meta: dict) -> str:
-    drain_part = summarize_drain(results, meta)
+    drain = [r for r in results if r.get("part") == "drain"]
     results = [r for r in results if r.get("part") != "drain"]
 
     def copies(name, s, base):  # a copy's server CPU a row less the copy's with every index
         return f"{s - base:+.2f}" if s is not None and base is not None and name.startswith("copy:") else ""
+
+    def x_pgmq(_name, s, base):  # the server CPU a row against pgmq's
+        return f"{s / base:.2f}" if s is not None and base else ""
 
     lines = [
         "# Batch cost: where a row of a PostgreSQL batch push spends the server's time",
@@ -335,7 +287,16 @@ def summarize(results: list[dict], meta: dict) -> str:
     ]
     if not meta.get("pgmq"):
         lines += ["- pgmq send_batch: NOT RUN (its PyPI package's SQL did not install here)", ""]
-    lines += drain_part
+    if drain:
+        lines += [
+            "## Drain: a row taken (100 a call) and acknowledged",
+            "",
+            f"The same {meta['rounds']} round(s), each variant filled with {meta['calls']} x {meta['batch']} "
+            "rows (untimed), then drained 100 a call; server CPU of the draining session, client CPU of this "
+            "process, per row; `x pgmq`: the server CPU a row against pgmq's. Method: bench/README.md, Batch cost.",
+            "",
+            *_table(drain, "pgmq read(100) + delete(ids)", "x pgmq", x_pgmq),
+        ]
     return "\n".join(lines)
 
 
@@ -343,32 +304,20 @@ def summarize(results: list[dict], meta: dict) -> str:
 
 MY_BULK = 5000
 MY_ROW = "(%s, %s, 'job', %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+SCRATCH_FK = "FOREIGN KEY (queue_name) REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE"
 LEAN = "lean:pyqueue_message"  # the routine's table in a database of its own, with its key indexes only
-DROP_SECONDARY = ", ".join(f"DROP INDEX {i}" for i in INDEXES)
+DROP_SECONDARY = ", ".join(f"DROP INDEX pyqueue_message_{i}_idx" for i in ("ready", "due", "group"))
 
 
 # (name, what one call runs, the table to churn) of every MariaDB variant
-# fmt: off
 MY_VARIANTS = [
     ("routine: Queue.push_many (queue_push_batch)", "routine", "pyqueue_message"),
     ("routine, table with the primary key and the key index only (a database of its own)", "routine", LEAN),
     ("plain job table: multi-row INSERT IGNORE", "job", "job"),
     ("copy: every index and the foreign key, INSERT IGNORE", "insert_ignore", "scratch_all"),
-]
-# fmt: on
+]  # fmt: skip
 # --sizes: the routine, the plain job table (the peer), the live table's copy (the bare insert)
 BULK_MY = tuple(MY_VARIANTS[i][0] for i in (0, 2, 3))
-
-
-def _mysql_setup(cur) -> None:
-    """The routines suite's plain job table, and the scratch copy of pyqueue_message (CREATE TABLE ...
-    LIKE copies no foreign key: added)."""
-    cur.execute(HandRolled.DDL["mysql"][0])
-    cur.execute("CREATE TABLE scratch_all LIKE pyqueue_message")
-    cur.execute(
-        "ALTER TABLE scratch_all ADD CONSTRAINT scratch_all_fk "
-        "FOREIGN KEY (queue_name) REFERENCES pyqueue_queue (queue_name) ON DELETE CASCADE"
-    )
 
 
 def mysql_call(cur, q, how: str, table: str, keys: list[str], payloads: list[dict]) -> int:
@@ -398,7 +347,10 @@ def run_mysql(args) -> tuple[list[dict], dict]:
             stack.enter_context(closing(common.raw_connect("mysql", d))) for d in (dsn, dsn_lean)
         )
         cur, lean = conn.cursor(), lean_conn.cursor()
-        _mysql_setup(cur)
+        # the routines suite's plain job table, and the scratch copy (LIKE copies no foreign key: added)
+        cur.execute(HandRolled.DDL["mysql"][0])
+        cur.execute("CREATE TABLE scratch_all LIKE pyqueue_message")
+        cur.execute(f"ALTER TABLE scratch_all ADD CONSTRAINT scratch_all_fk {SCRATCH_FK}")
         todo, sizes, rounds = _bulk(args, dsn_lean, MY_VARIANTS, BULK_MY)
         (version,) = common.query(conn, "SELECT VERSION()")[0]
         db, db_lean = (stack.enter_context(pyqueue_sql.connect(d)) for d in (dsn, dsn_lean))
@@ -434,21 +386,19 @@ def run_mysql(args) -> tuple[list[dict], dict]:
 def summarize_mysql(results: list[dict], meta: dict) -> str:
     plain = "plain job table: multi-row INSERT IGNORE"
     plain_over = lambda _name, s, base: f"{base / s:.2f}" if s and base else ""  # noqa: E731
-    return "\n".join(
-        [
-            "# Batch cost, MariaDB: a row of a bulk enqueue against the plain job table",
-            "",
-            f"Command: `{meta['command']}`; {meta['started']}, {meta['server']}, {meta['rounds']} round(s) of "
-            f"{meta['calls']} calls of {meta['batch']:,} rows per variant, rounds interleaved, the variants' order "
-            f"rotating; load average {meta['load_before']} before, {meta['load_after']} after. Server CPU: the "
-            "connection's server thread (`information_schema.PROCESSLIST.TID`, `/proc/<server>/task/<tid>`, "
-            "10 ms ticks), per row, median over the rounds (min-max); `plain / this`: the plain job table's "
-            "server CPU a row over this variant's (the bulk target's ratio, >= 0.5 for `push_many`); client CPU: "
-            "this process's; wall: the client's clock. Method: bench/README.md, Batch cost.",
-            "",
-            *_table(results, plain, "plain / this", plain_over),
-        ]
-    )
+    return "\n".join([
+        "# Batch cost, MariaDB: a row of a bulk enqueue against the plain job table",
+        "",
+        f"Command: `{meta['command']}`; {meta['started']}, {meta['server']}, {meta['rounds']} round(s) of "
+        f"{meta['calls']} calls of {meta['batch']:,} rows per variant, rounds interleaved, the variants' order "
+        f"rotating; load average {meta['load_before']} before, {meta['load_after']} after. Server CPU: the "
+        "connection's server thread (`information_schema.PROCESSLIST.TID`, `/proc/<server>/task/<tid>`, "
+        "10 ms ticks), per row, median over the rounds (min-max); `plain / this`: the plain job table's "
+        "server CPU a row over this variant's (the bulk target's ratio, >= 0.5 for `push_many`); client CPU: "
+        "this process's; wall: the client's clock. Method: bench/README.md, Batch cost.",
+        "",
+        *_table(results, plain, "plain / this", plain_over),
+    ])  # fmt: skip
 
 
 def summarize_bulk(results: list[dict], meta: dict, peer: str, bare: str) -> str:

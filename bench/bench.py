@@ -1,12 +1,6 @@
 """Routines side by side: each system's calls for four workloads and a bulk enqueue, clients starting
-together, rounds interleaved; medians, ratios to the best peer, CPU per message. bench/README.md, Method.
-
-    python -m bench routines                     # both dialects, 3 rounds, 4 clients, 10,000 messages
-    python -m bench routines --quick             # 1 round, 2,000 messages, 3 s cap
-    python -m bench routines --rounds 5 --dialects mysql --workloads push,reserve_ack
-
-`ab` (--previous-commit C) and `profile` run this too: README, A/B and profile.
-"""
+together, rounds interleaved; medians, ratios to the best peer, CPU per message. bench/README.md, Method;
+`ab` (--previous-commit C) and `profile` run this too: README, A/B and profile."""
 
 from __future__ import annotations
 
@@ -16,7 +10,6 @@ import contextlib
 import datetime as dt
 import functools
 import importlib.util
-import inspect
 import itertools
 import json
 import multiprocessing as mp
@@ -33,15 +26,31 @@ import pyqueue_sql
 from bench import common
 
 WORKLOADS = ("push", "reserve_ack", "push_batch", "reserve_ack_batch")
-# bulk enqueue: a system's batch push with BULK messages a call (push_many's chunk), against pgmq's
-# send_batch and a plain job table's multi-row INSERT; measured on --bulk-messages messages
+# bulk enqueue: BULK messages a call (push_many's chunk), against send_batch and a multi-row INSERT
 BULK_WORKLOADS = ("push_bulk",)
 ALL_WORKLOADS = WORKLOADS + BULK_WORKLOADS
 CONSUMING = ("reserve_ack", "reserve_ack_batch")
+STATES = ("fresh", "churned")
 BATCH = 100
 BULK = 5000
 QUEUE = "bench"
 HERE = os.path.dirname(os.path.abspath(__file__))
+FUNCTIONS = (
+    "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"  # --profile's counters
+)
+LABEL = {
+    "push": "push (1/call)",
+    "reserve_ack": "reserve+ack (1/call)",
+    "push_batch": f"push batch ({BATCH})",
+    "reserve_ack_batch": f"reserve+ack batch ({BATCH})",
+    "push_bulk": f"bulk enqueue ({BULK:,}/call)",
+}
+_of = operator.itemgetter("dialect", "system", "workload")
+SETTINGS = {  # the server's settings the report names
+    "postgresql": "server_version synchronous_commit fsync wal_sync_method shared_buffers autovacuum",
+    "mysql": "version innodb_flush_log_at_trx_commit sync_binlog log_bin innodb_buffer_pool_size "
+    "transaction_isolation tx_isolation",
+}
 
 
 def _payload(i: Any) -> str:
@@ -54,10 +63,9 @@ def _deadlock(exc: Exception) -> bool:
 
 
 class System:
-    """setup(dsn) once per fresh database, reset(dsn) before a measurement, prefill(dsn, n) for the
-    consuming workloads; in each client process open(dsn) / close() and the calls push(key, i),
-    push_batch(keys), take_ack() and take_ack_batch() -> messages done (0 when none was there).
-    role: "ours", "peer" or "ceiling"; calls: what one call of each workload runs."""
+    """setup(dsn) once per fresh database, reset(dsn) before a measurement, prefill(dsn, n) for the consuming
+    workloads; in each client process open(dsn) / close(), push(key, i), push_batch(keys), take_ack() and
+    take_ack_batch() -> messages done. role: "ours", "peer" or "ceiling"; calls: a workload's one call."""
 
     name = ""
     role = "peer"
@@ -181,45 +189,8 @@ class PyQueueCommitReserve(PyQueue):
         return done
 
 
-class _Async:  # an async API run from the synchronous client loop, an event loop per client process
-    def run(self, coro):
-        return self.loop.run_until_complete(coro)
-
-    def run_maybe(self, value):
-        return self.run(value) if inspect.isawaitable(value) else value
-
-
-class _Awaited:  # an async object whose coroutine methods are called as plain ones, each run to its end
-    def __init__(self, target, run):
-        self._target, self._run = target, run
-
-    def __getattr__(self, name: str):
-        method = getattr(self._target, name)
-        return lambda *args, **kwargs: self._run(method(*args, **kwargs))
-
-
-class PyQueueAsync(_Async, PyQueue):
-    """pyqueue-sql's async client (pyqueue_sql.aio), with PyQueue's calls, on the process's loop."""
-
-    name = "pyqueue async"
-    calls = {w: c + ", async client" for w, c in PyQueue.calls.items()}
-
-    def open(self, dsn: str) -> None:
-        from pyqueue_sql import aio
-
-        self.loop = asyncio.new_event_loop()
-        self.db = self.run_maybe(aio.connect(dsn))
-        self.q = _Awaited(self.db.queue(QUEUE), self.run)
-        self.worker = f"bench-{os.getpid()}"
-
-    def close(self) -> None:
-        self.run_maybe(self.db.close())
-        self.loop.close()
-
-
 class Previous(PyQueue):
-    """pyqueue-sql with a git commit's sql/ (ab, --previous-commit), through the same Python client;
-    a peer, so the ratio is newest / previous."""
+    """pyqueue-sql with a git commit's sql/ (ab, --previous-commit): a peer, the ratio newest / previous."""
 
     name = "previous revision"
     role = "peer"
@@ -227,9 +198,6 @@ class Previous(PyQueue):
 
     def setup(self, dsn: str) -> None:
         common.install_commit(self.dialect, dsn, self.commit)
-
-
-FUNCTIONS = "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
 
 
 def profile_lines(dsn: str, before: dict) -> tuple[dict, list[str]]:
@@ -246,9 +214,8 @@ def profile_lines(dsn: str, before: dict) -> tuple[dict, list[str]]:
 
 
 class InsertCeiling(System):
-    """What a single push can approach: one autocommit INSERT of one row into a plain table.
-    PostgreSQL: (id identity primary key, payload jsonb). MySQL/MariaDB: INSERT IGNORE into
-    (id primary key, msg_key unique, payload JSON), the least a push with dedup can do."""
+    """What a single push can approach: one autocommit INSERT of one row into a plain table (MySQL/MariaDB:
+    INSERT IGNORE with a unique msg_key, the least a push with dedup can do)."""
 
     name = "INSERT ceiling"
     role = "ceiling"
@@ -286,8 +253,7 @@ class InsertCeiling(System):
 
 
 class HandRolled(System):
-    """A hand-rolled SKIP LOCKED queue, the design a team writes itself (DDL below, the calls in
-    `calls`): reserve = the SELECT and an UPDATE of run_at and a token in one transaction."""
+    """The SKIP LOCKED queue a team writes itself: reserve = the SELECT and an UPDATE of run_at, token."""
 
     name = "SKIP LOCKED by hand"
     lock = "FOR UPDATE SKIP LOCKED"
@@ -354,12 +320,10 @@ class HandRolled(System):
     def _take(self, n: int) -> int:
         ids, token = self._reserve(n)
         if ids:
-            marks = ", ".join(["%s"] * len(ids))
+            delete = f"DELETE FROM job WHERE token = %s AND id IN ({', '.join(['%s'] * len(ids))})"
             for attempt in range(10):  # a deadlock victim deletes again, as a user's loop would
                 try:
-                    self.auto.cursor().execute(
-                        f"DELETE FROM job WHERE token = %s AND id IN ({marks})", [token, *ids]
-                    )
+                    self.auto.cursor().execute(delete, [token, *ids])
                     break
                 except Exception as exc:
                     if attempt == 9 or not _deadlock(exc):
@@ -374,9 +338,8 @@ def claim(conn, table: str, n: int, token: str, now: str, later: str, lock: str 
     ids = [r[0] for r in common.query(conn, select)]
     if ids:
         marks = ", ".join(["%s"] * len(ids))
-        common.query(
-            conn, f"UPDATE {table} SET run_at = {later}, token = %s WHERE id IN ({marks})", (token, *ids)
-        )
+        update = f"UPDATE {table} SET run_at = {later}, token = %s WHERE id IN ({marks})"
+        common.query(conn, update, (token, *ids))
     return ids
 
 
@@ -426,8 +389,7 @@ class Pgmq(System):
     def push_batch(self, keys: list[str]) -> None:
         common.query(self.conn, self.SEND_BATCH, (QUEUE, [_payload(k) for k in keys]))
 
-    # What pgmq's Python client sends for each call (pgmq/_sql.py): a consumer reads whole
-    # messages, as pyqueue's reserve and the other peers return them.
+    # What pgmq's Python client sends (pgmq/_sql.py): a consumer reads whole messages, as the others'.
     SEND = "SELECT * FROM pgmq.send(queue_name=>%s::text, msg=>%s::jsonb)"
     SEND_BATCH = "SELECT * FROM pgmq.send_batch(queue_name=>%s::text, msgs=>%s::jsonb[])"
     READ = (
@@ -446,7 +408,7 @@ class Pgmq(System):
         return len(ids)
 
 
-class PGQueuer(_Async, System):
+class PGQueuer(System):
     """PGQueuer through its async Queries API (enqueue / dequeue / log_jobs) on psycopg async."""
 
     name = needs = "pgqueuer"
@@ -457,6 +419,9 @@ class PGQueuer(_Async, System):
         "push_batch": "`Queries.enqueue` with lists of 100",
         "reserve_ack_batch": "`dequeue(batch_size=100)` + `log_jobs`",
     }
+
+    def run(self, coro):  # the async API run to its end on the client process's event loop
+        return self.loop.run_until_complete(coro)
 
     async def _queries(self, dsn: str):
         import psycopg
@@ -504,10 +469,9 @@ class PGQueuer(_Async, System):
         return len(jobs)
 
 
-_ALL = (InsertCeiling, PyQueue, PyQueueCommitReserve, PyQueueAsync, Previous, Pgmq, PGQueuer)
-_ALL += (HandRolled, Naive)
+_ALL = (InsertCeiling, PyQueue, PyQueueCommitReserve, Previous, Pgmq, PGQueuer, HandRolled, Naive)
 SYSTEMS: dict[str, type[System]] = {cls.name: cls for cls in _ALL}
-_OURS = ("INSERT ceiling", "pyqueue", "pyqueue commit_reserve", "pyqueue async")
+_OURS = ("INSERT ceiling", "pyqueue", "pyqueue commit_reserve")
 DEFAULT_SYSTEMS = {
     "postgresql": (*_OURS, "pgmq", "pgqueuer"),
     "mysql": (*_OURS, "SKIP LOCKED by hand", "naive (FOR UPDATE)"),
@@ -515,8 +479,7 @@ DEFAULT_SYSTEMS = {
 
 
 def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier, done, results) -> None:
-    """One client process: its share of the messages (keys random, uuid4 hex as users' business
-    keys are), from the barrier until done or the time cap."""
+    """One client process: its share of the messages (random uuid4 keys), from the barrier to done or cap."""
     try:
         system = system_cls(dialect)
         system.open(dsn)
@@ -554,26 +517,14 @@ def _client(system_cls, dialect, dsn, workload, index, clients, n, cap, barrier,
         results.put((index, 0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))
 
 
-STATES = ("fresh", "churned")
-STATES_HELP = """comma-separated: fresh (emptied, VACUUM ANALYZE: bench.md), churned (drained, pushed
-and drained again, nothing vacuumed: bench-churned.md); default both (ab, profile: fresh)"""
-
-
-def churn(system_cls, dialect: str, dsn: str, n: int) -> int:
-    """A churned queue (bench/README.md, Method): what the last measurement left drained, then n
-    messages pushed and drained again by the system's own batch calls. Returns the messages drained."""
-    with system_cls(dialect).opened(dsn) as system:
-        drained = sum(iter(system.take_ack_batch, 0))
-        system.prefill(dsn, n)
-        return drained + sum(iter(system.take_ack_batch, 0))
-
-
 def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state="fresh") -> dict:
-    """One measurement: the system emptied (fresh) or churned, prefilled for a consuming workload,
-    then the client processes from one barrier; the rate, and the CPU a message."""
+    """One measurement: the system emptied or churned, prefilled to consume, clients from one barrier."""
     out: dict[str, Any] = {}
     if state == "churned" and "reserve_ack_batch" in system_cls.calls:  # it consumes: it can be drained
-        out["churned"] = churn(system_cls, dialect, dsn, n)
+        with system_cls(dialect).opened(dsn) as system:  # what the last one left drained, n pushed, drained
+            drained = sum(iter(system.take_ack_batch, 0))
+            system.prefill(dsn, n)
+            out["churned"] = drained + sum(iter(system.take_ack_batch, 0))
     else:  # fresh (and the INSERT ceiling, which does not consume): emptied, VACUUM ANALYZE
         system_cls(dialect).reset(dsn)
     if workload in CONSUMING:
@@ -607,21 +558,7 @@ def measure(system_cls, dialect, dsn, workload, clients, n, cap, pid=None, state
     return out
 
 
-LABEL = {
-    "push": "push (1/call)",
-    "reserve_ack": "reserve+ack (1/call)",
-    "push_batch": f"push batch ({BATCH})",
-    "reserve_ack_batch": f"reserve+ack batch ({BATCH})",
-    "push_bulk": f"bulk enqueue ({BULK:,}/call)",
-}
-
-
-_of = operator.itemgetter("dialect", "system", "workload")
-
-
-def _rates(
-    results: list[dict], dialect: str, system: str, workload: str, key: str = "rate"
-) -> dict[int, float]:
+def _rates(results: list[dict], dialect: str, system: str, workload: str, key="rate") -> dict[int, float]:
     """Round -> msg/s (or key: client_cpu_us, server_cpu_us) of one system on one workload."""
     return {r["round"]: r[key] for r in results if _of(r) == (dialect, system, workload) and r.get(key)}
 
@@ -681,9 +618,8 @@ def markdown(results: list[dict], meta: dict) -> str:
         out[0] += " **Churned queue** (bench/README.md, Method): never vacuumed, analyzed or truncated "
         out[0] += f"(autovacuum as the server is configured: {'; '.join(said) or 'not read'})."
     if meta.get("against"):
-        out[0] += (
-            f" **A/B**: pyqueue is this checkout's sql/, previous revision commit {meta['against']}; vs best peer = newest / previous."
-        )
+        out[0] += f" **A/B**: pyqueue is this checkout's sql/, previous revision commit {meta['against']}; "
+        out[0] += "vs best peer = newest / previous."
     for dialect in meta["dialects"]:
         rows = summarize(results, dialect, list(SYSTEMS))
         server = meta["servers"].get(dialect, {})
@@ -712,41 +648,12 @@ def markdown(results: list[dict], meta: dict) -> str:
             )
         head = "workload|system|one call is|msg/s (median)|range|vs best peer|push vs INSERT ceiling|CPU µs/msg: client + server"
         out += [*common.table(head.split("|"), cells, "lllr"), ""]
-    out += _async_table(results, meta)
     notes = [f"- {d}/{s}: {why}" for (d, s), why in sorted(meta["skipped"].items())]
     for r in (r for r in results if r.get("error")):
         notes.append(f"- {r['dialect']}/{r['system']}/{r['workload']} round {r['round']}: {r['error']}")
     if notes:
         out += ["Not measured:", "", *notes, ""]
     return "\n".join(out)
-
-
-def _async_table(results: list[dict], meta: dict) -> list[str]:
-    """The async client against the sync one and against PGQueuer's async API, per-round ratios."""
-    out: list[str] = []
-    for dialect in meta["dialects"]:
-        rows = []
-        for w in WORKLOADS:
-            if mine := _rates(results, dialect, "pyqueue async", w):
-                rows.append([LABEL[w], f"{statistics.median(mine.values()):,.0f}"])
-                for other in ("pyqueue", "pgqueuer"):
-                    r = _ratio(mine, _rates(results, dialect, other, w))
-                    rows[-1].append(f"{statistics.median(r):.2f}x" if r else "")
-        if rows:
-            head = ["workload", "pyqueue async msg/s", "vs pyqueue (sync)", "vs pgqueuer (async)"]
-            out += [
-                f"Async client ({dialect}): `pyqueue_sql.aio` against the sync client and PGQueuer's async API",
-                "",
-            ]
-            out += [*common.table(head, rows, "lr"), ""]
-    return out
-
-
-SETTINGS = {  # the server's settings the report names
-    "postgresql": "server_version synchronous_commit fsync wal_sync_method shared_buffers autovacuum",
-    "mysql": "version innodb_flush_log_at_trx_commit sync_binlog log_bin innodb_buffer_pool_size "
-    "transaction_isolation tx_isolation",
-}
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
@@ -797,8 +704,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
                 for sname in common.rotated([s for s in dsns if w in SYSTEMS[s].calls], rnd):
                     r = {"dialect": dialect, "system": sname, "workload": w, "round": rnd}
                     n = args.bulk_messages if w in BULK_WORKLOADS else args.messages
-                    how = (dialect, dsns[sname], w, args.clients, n, args.cap, pids.get(dialect))
-                    how += (args.state,)
+                    how = (dialect, dsns[sname], w, args.clients, n, args.cap, pids.get(dialect), args.state)
                     counters = profile_lines(dsns[sname], {})[0] if args.profile else {}
                     try:
                         r.update(measure(SYSTEMS[sname], *how))
@@ -830,9 +736,8 @@ def main(argv: list[str] | None = None) -> int:
         ("--dialects", "postgresql,mysql", "comma-separated"),
         ("--systems", None, "comma-separated, of: " + ", ".join(SYSTEMS) + " (default: the dialect's)"),
         ("--workloads", None, f"comma-separated (default {','.join(ALL_WORKLOADS)}; ab, profile: 4)"),
-        ("--no-async", False, "leave out the async client's row"),
         ("--out", None, "directory of bench.md/.json (default bench/latest; ab, profile: bench/results)"),
-        ("--states", None, STATES_HELP),
+        ("--states", None, "comma-separated: fresh, churned (README, Method); default both (ab: fresh)"),
         ("--previous-commit", None, "ab: a git commit whose sql/ to compare with"),
         ("--profile", False, "PostgreSQL: each routine's calls and server time per call"),
     )
@@ -840,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     ab = bool(args.previous_commit)
     Previous.commit = args.against = args.previous_commit
     if ab or args.profile:
-        args.systems = args.systems or ",".join(["pyqueue", *(["previous revision"] if ab else [])])
+        args.systems = args.systems or ("pyqueue,previous revision" if ab else "pyqueue")
         args.workloads = args.workloads or ",".join(WORKLOADS)
         args.states = args.states or "fresh"
     if args.profile and "postgresql" not in args.dialects:
@@ -850,17 +755,12 @@ def main(argv: list[str] | None = None) -> int:
     common.exit_on_sigterm()
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.messages = args.messages or (2000 if args.quick else 10000)
-    # (ab, profile: a bulk enqueue of --messages, as before they were modes of routines)
     quick_bulk = args.messages if ab or args.profile else 4 * BULK if args.quick else 100000
     args.bulk_messages = args.bulk_messages or quick_bulk
     args.cap = args.cap or (3.0 if args.quick else 4.0)
     args.dialects = common.names(args.dialects)
     args.workloads = common.names(args.workloads or ",".join(ALL_WORKLOADS))
     args.systems = common.names(args.systems, list(SYSTEMS), ap, "systems") or None
-    if args.no_async:
-        for d, v in DEFAULT_SYSTEMS.items():
-            DEFAULT_SYSTEMS[d] = tuple(s for s in v if s != "pyqueue async")
-        args.systems = [s for s in args.systems if s != "pyqueue async"] if args.systems else None
     out = args.out or os.path.join(HERE, "results" if args.quick or ab or args.profile else "latest")
     base = "ab" if ab else "profile" if args.profile else "bench"
     for state in states:

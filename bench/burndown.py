@@ -1,6 +1,5 @@
 """Burn-down: a backlog drained by each system's own worker runtime, as its users run it, rounds
-interleaved, ratios to the best peer within each round. Commands and method: bench/README.md, Burn-down.
-"""
+interleaved, ratios to the best peer within each round. Commands and method: bench/README.md, Burn-down."""
 
 from __future__ import annotations
 
@@ -35,6 +34,9 @@ PROCESSES = 2
 BATCH = [100]  # the batch task's size (--batch)
 CONCURRENCY = 16
 POLL = 0.02
+STATES = ("fresh", "churned")
+COLUMNS = "cpu_us_per_job server_cpu_us_per_job spawn_rate life_cpu_us_per_job spawn_first_job_s".split()
+CLI_TARGETS = {"pyqueue-tasks": "app", "pyqueue-batch": "batch_app"}  # `pyqueue-sql worker`'s; else plain
 
 WORKLOADS = {
     # name: (jobs, handler sleep in ms, jobs in --quick)
@@ -89,17 +91,13 @@ class System:
     def worker(self, dsn: str, sleep_ms: float) -> tuple[list[str], dict | None]:
         """A worker process's command and environment (None: this one's)."""
         if self.kind == "cli":  # as users start it; the DSN from $PYQUEUE_DSN
-            target = {"pyqueue-tasks": "app", "pyqueue-batch": "batch_app"}.get(
-                self.name, "plain --queue burndown"
-            )
+            target = CLI_TARGETS.get(self.name, "plain --queue burndown")
             cli = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
             env = os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
             env["BENCH_BATCH"] = str(BATCH[0])
             return [cli, *f"worker bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()], env
         if self.kind == "py":
-            return self._command(
-                "work", dsn, "--concurrency", str(CONCURRENCY), "--sleep-ms", str(sleep_ms)
-            ), None
+            return self._command("work", dsn, f"--concurrency={CONCURRENCY}", f"--sleep-ms={sleep_ms}"), None
         return self._command("work", dsn, str(CONCURRENCY), str(sleep_ms)), None
 
 
@@ -111,9 +109,7 @@ def feature(name: str, dialect: str) -> System:
 
 LIVE = "SELECT count(*) FROM pyqueue_message"
 DRIVERS = {"postgresql": ("psycopg", "psycopg"), "mysql": ("aiomysql", "pymysql")}  # (AsyncWorker, Worker)
-# pyqueue-sql's two workers (not peers), `pyqueue-sql worker` with a handler and with a task (--tasks
-# only), then the peers: name, dialect, label, kind, the count of its unfinished jobs, and a note.
-# fmt: off
+# pyqueue-sql's two workers (not peers), `pyqueue-sql worker` (--systems, --batch), then the peers
 SYSTEMS = [
     *(system for d in ("postgresql", "mysql") for system in (
         System("pyqueue-async", d, "**pyqueue-sql `AsyncWorker`** (async def handler)", "py", LIVE, peer=False, needs=DRIVERS[d][0]),
@@ -136,8 +132,7 @@ SYSTEMS = [
     System("procrastinate", "postgresql", "procrastinate", "py", "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')", needs="procrastinate"),
     System("handrolled", "mysql", "hand-rolled threaded SKIP LOCKED worker", "py", "SELECT count(*) FROM job", needs="pymysql",
            note="16 threads x (SELECT 100 FOR UPDATE SKIP LOCKED + UPDATE, COMMIT; DELETE ids), READ COMMITTED"),
-]
-# fmt: on
+]  # fmt: skip
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:
@@ -175,8 +170,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             # whatever the worker prints afterwards is read and dropped
             threading.Thread(target=p.stdout.read, daemon=True).start()
         cpu0 = [common.process_cpu(p.pid) for p in procs]  # start-up and imports: not counted
-        # PostgreSQL: the CPU of each backend connected to the system's database but the counter's
-        # (None: the server is not on this machine; MySQL/MariaDB: sessions are threads of one process)
+        # PostgreSQL: each backend of the system's database but the counter's (None: the server is elsewhere)
         pg = system.dialect == "postgresql"
         server0 = common.sessions_cpu(cur, strict=True) if pg else None  # backends opened later start from 0
         # MySQL/MariaDB: the whole server process (whatever else it serves meanwhile counts too)
@@ -222,13 +216,8 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             c.close()
 
 
-STATES = ("fresh", "churned")
-COLUMNS = "cpu_us_per_job server_cpu_us_per_job spawn_rate life_cpu_us_per_job spawn_first_job_s".split()
-
-
 def measure(system: System, workload: str, jobs: int, cap: float, state: str = "fresh") -> dict:
-    """One drain, of a fresh queue (the backlog enqueued, then VACUUM ANALYZE) or a churned one (the
-    backlog enqueued, drained by the same workers uncounted, enqueued again, nothing vacuumed)."""
+    """One drain of a fresh queue (VACUUM ANALYZE) or a churned one (drained once uncounted, enqueued again)."""
     sleep_ms = WORKLOADS[workload][1]
     tag = "bd_" + "".join(c if c.isalnum() else "_" for c in system.name)[:20]
     with common.database(system.dialect, tag, install=False) as dsn:
@@ -270,8 +259,7 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
     for state, dialect in itertools.product(states, ("postgresql", "mysql")):
         if not (ds := [s for s in systems if s.dialect == dialect]):
             continue
-        title = "PostgreSQL" if dialect == "postgresql" else "MySQL/MariaDB"
-        lines += [f"## {title}, {state} queue", ""]
+        lines += [f"## {'PostgreSQL' if dialect == 'postgresql' else 'MySQL/MariaDB'}, {state} queue", ""]
         header = ["worker"]
         for w in workloads:
             ms = WORKLOADS[w][1]
@@ -323,10 +311,8 @@ def _vacuum_settings(dialects: list[str]) -> str:
 
 
 def _bytecode() -> None:
-    """The Python workers start from bytecode caches, as an installed package does (pip writes them):
-    where PYTHONDONTWRITEBYTECODE is set, as in many container images, every worker process compiled
-    pyqueue_sql and bench/ from source again (about 0.1 s of a quiet start), a cost no user's deploy
-    pays. Written now (__pycache__, git-ignored), the processes inherit the setting."""
+    """The workers start from bytecode caches, as an installed package does (pip writes them), also where
+    PYTHONDONTWRITEBYTECODE is set (a compile of ~0.1 s a start no user's deploy pays)."""
     import compileall
 
     import pyqueue_sql
@@ -350,11 +336,7 @@ def main() -> None:
         ("--out", None, "directory of burndown.md/.json (default bench/latest, --quick bench/results)"),
         ("--name", None, "the results' file name (default burndown, burndown-batch, burndown-features)"),
         ("--batch", 0, "`pyqueue-sql worker`: an @app.task against the same job as a batch task of N"),
-    )
-    ap.add_argument(
-        "--features",
-        help="`pyqueue-sql worker` on a queue with each feature, as a ratio of plain: "
-        + ",".join(common.FEATURES),
+        ("--features", None, "`pyqueue-sql worker` with each on, to plain: " + ",".join(common.FEATURES)),
     )
     args = ap.parse_args()
     BATCH[0] = args.batch or BATCH[0]

@@ -1,6 +1,4 @@
-"""What the suites share: the servers they measure on (ADMIN, BENCH_POSTGRESQL_DSN /
-BENCH_MYSQL_DSN), fresh throwaway databases (created and dropped by the suites only), a commit's
-sql/ installed for an A/B, and the server's CPU read from /proc."""
+"""What the suites share: the servers (ADMIN), fresh databases, a commit's sql/, the server's CPU, reports."""
 
 from __future__ import annotations
 
@@ -58,8 +56,7 @@ def drop(dialect: str, dsn: str) -> None:
         if dialect == "postgresql":
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         else:
-            # as PostgreSQL's WITH (FORCE): end the sessions still in it (a bench client cut
-            # short leaves its statement running, and the DROP would wait for it)
+            # as WITH (FORCE): end its sessions (a client cut short leaves a statement the DROP waits for)
             cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s", (name,))
             for (session,) in cur.fetchall():
                 with contextlib.suppress(Exception):  # it ended meanwhile
@@ -86,8 +83,7 @@ def raw_connect(dialect: str, dsn: str, autocommit: bool = True):
 
 
 def query(conn, sql: str, params: tuple | None = None) -> list:
-    """Runs one statement on an open connection; returns its rows ([] when it has none). Without
-    params the statement is sent as it is (a literal % stays)."""
+    """One statement's rows ([] when it has none); without params sent as it is (a literal % stays)."""
     cur = conn.cursor()
     try:
         cur.execute(sql, params)
@@ -127,21 +123,19 @@ def install_pgmq(dsn: str, queue: str) -> None:
 
 
 def install_commit(dialect: str, dsn: str, commit: str) -> None:
-    """Installs a git commit's sql/<dialect>/schema.sql and routines/ with the server's own client (psql,
-    mariadb/mysql), as `pyqueue-sql sql` output is installed: an A/B against an earlier sql/."""
+    """A git commit's sql/<dialect>/schema.sql and routines/ installed by psql or mariadb (an A/B)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    folder = "postgresql" if dialect == "postgresql" else "mysql"
 
     def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=check)
 
     # routines/ holds one file per topic, run in name order (a commit before it: routines.sql)
-    listing = git("ls-tree", "--name-only", f"{commit}:sql/{folder}/routines", check=False)
+    listing = git("ls-tree", "--name-only", f"{commit}:sql/{dialect}/routines", check=False)
     routines = ["routines.sql"]
     if listing.returncode == 0:
         routines = [f"routines/{name}" for name in sorted(listing.stdout.split()) if name.endswith(".sql")]
     script = "".join(
-        git("show", f"{commit}:sql/{folder}/{name}").stdout for name in ["schema.sql", *routines]
+        git("show", f"{commit}:sql/{dialect}/{name}").stdout for name in ["schema.sql", *routines]
     )
     url = urlsplit(dsn)
     if dialect == "postgresql":
@@ -173,8 +167,7 @@ def _seconds(fields: list[str], children: bool = False) -> float:
 
 
 def process_cpu(pid: int | None, tid: int | None = None) -> float | None:
-    """Seconds of CPU a live process has used so far (all its threads; or only its thread tid), or
-    None when it is gone or not known."""
+    """Seconds of CPU a live process (or only its thread tid) has used so far; None: gone or not known."""
     fields = _stat(pid if tid is None else f"{pid}/task/{tid}") if pid is not None else None
     return _seconds(fields) if fields else None
 
@@ -190,8 +183,7 @@ def session_id(dialect: str, conn) -> int:
 
 
 def sessions_cpu(cur, strict: bool = False) -> dict[int, float] | None:
-    """PostgreSQL: the CPU seconds of each other backend in the cursor's database that can be read
-    (strict: None unless every one can)."""
+    """PostgreSQL: the CPU seconds of each other backend of the database (strict: None unless all are read)."""
     cur.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
     )
@@ -207,31 +199,23 @@ def own_cpu(children: bool = False) -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _proc_name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
 def server_pid(dialect: str, dsn: str) -> int | None:
     """The server's process on this machine (PostgreSQL: the postmaster), or None (elsewhere, unknown)."""
     try:
         with contextlib.closing(raw_connect(dialect, dsn)) as conn:
-            if dialect == "postgresql":
-                # (read while the connection keeps the backend alive)
+            if dialect == "postgresql":  # the backend's parent, read while the connection keeps it alive
                 fields = _stat(int(query(conn, "SELECT pg_backend_pid()")[0][0]))
-                pid = int(fields[1]) if fields else 0  # the backend's parent
-                return pid if _proc_name(pid) == "postgres" else None
-            pid = int(Path(str(query(conn, "SELECT @@pid_file")[0][0])).read_text().split()[0])
-            return pid if _proc_name(pid) in ("mariadbd", "mysqld") else None
+                pid, names = int(fields[1]) if fields else 0, ("postgres",)
+            else:
+                pid = int(Path(str(query(conn, "SELECT @@pid_file")[0][0])).read_text().split()[0])
+                names = ("mariadbd", "mysqld")
+            return pid if Path(f"/proc/{pid}/comm").read_text().strip() in names else None
     except (OSError, ValueError, IndexError):
         return None
 
 
 def server_cpu(dialect: str, pid: int | None) -> float | None:
-    """Seconds of CPU the server has used so far (PostgreSQL: the postmaster, its live and reaped children),
-    or None; whatever else it did counts too (autovacuum, purge), in 10 ms ticks: a quiet machine."""
+    """The server's CPU seconds so far (PostgreSQL: the postmaster and its children; all it did), or None."""
     own = _stat(pid) if pid is not None else None
     if own is None:
         return None
@@ -256,8 +240,7 @@ def table(header: list[str] | tuple[str, ...], rows, right: str = "") -> list[st
 
 
 def write(out: str, name: str, markdown: str, data: object, tag: str | None = None) -> None:
-    """<out>/<name>.md and <out>/<name>.json (every figure); with a tag (the suite's prefix, or ""),
-    the markdown and where it went on stdout too."""
+    """<out>/<name>.md and .json; with a tag (the suite's prefix, or ""), the markdown on stdout too."""
     os.makedirs(out, exist_ok=True)
     Path(out, f"{name}.md").write_text(markdown)
     Path(out, f"{name}.json").write_text(json.dumps(data, indent=1, default=str))
@@ -288,8 +271,8 @@ def rotated(items, k: int) -> list:
 
 
 def parser(doc: str, *options: tuple) -> argparse.ArgumentParser:
-    """A suite's command line: its docstring, then (flags, default, help) an option, of the default's type
-    (False: a switch; None: a string; 0 or 0.0: the suite's own default; a tuple: the choices)."""
+    """A suite's command line: (flags, default, help) an option, of the default's type (False: a switch;
+    None: a string; a tuple: the choices)."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     for flags, default, text in options:
         if default is False:
@@ -315,10 +298,8 @@ def chunks(n: int, size: int = 1000, start: int = 0):
     return (range(i, min(start + n, i + size)) for i in range(start, start + n, size))
 
 
-# The burn-down's features (burndown.py --features): what each sets on the queue, as its users would,
-# each chosen not to bind the worker (a limit above its handlers, a rate above its drain), or, for
-# groups and priorities, what the backlog's messages carry (200 groups of at most 8 in flight; ten
-# priorities).
+# burndown.py --features: what each sets on the queue, chosen not to bind the worker (a limit above its
+# handlers, a rate above its drain), or what the backlog's messages carry (groups and priorities).
 FEATURES = {
     "plain": lambda q: None,
     "limit": lambda q: q.set_limit("noop", 64),
@@ -338,13 +319,8 @@ FEATURES_SAID = {
 }
 
 
-def set_feature(queue, feature: str) -> None:
-    FEATURES[feature](queue)
-
-
 def push_jobs(dsn: str, jobs: int, queue: str, start: int = 0, feature: str = "plain") -> None:
-    """A backlog of no-op jobs (kind noop, payload {"n": i}) pushed by pyqueue-sql's client, 1,000 a call
-    (with --features groups, in 200 groups; priorities, at ten priorities)."""
+    """A backlog of no-op jobs (kind noop, payload {"n": i}), 1,000 a call (groups: 200; priorities: ten)."""
     extra = {"groups": lambda i: {"group": f"g{i % 200}"}, "priorities": lambda i: {"priority": i % 10}}
     with pyqueue_sql.connect(dsn) as db:
         for numbers in chunks(jobs, start=start):

@@ -1,10 +1,7 @@
 """A queue at full churn while another session of the same database holds a snapshot (a report):
 one client per system runs push 50, reserve 50, settle 50 as fast as it can; after --before s a
 second session reads another table inside REPEATABLE READ (PostgreSQL) or START TRANSACTION WITH
-CONSISTENT SNAPSHOT (MySQL/MariaDB) and keeps it --minutes. Method and table: bench/README.md.
-
-    python -m bench held-snapshot --dialect mysql --minutes 30 --out bench/latest
-"""
+CONSISTENT SNAPSHOT (MySQL/MariaDB) and keeps it --minutes. Method and table: bench/README.md."""
 
 from __future__ import annotations
 
@@ -13,6 +10,7 @@ import importlib.util
 import json
 import multiprocessing as mp
 import os
+import queue
 import statistics
 import time
 import uuid
@@ -28,12 +26,12 @@ HORIZON = {  # the server's own figure of what the snapshot holds back
     "mysql": ("history list length",
               "SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'"),
 }  # fmt: skip
+HOLD = {"mysql": "START TRANSACTION WITH CONSISTENT SNAPSHOT", "postgresql": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}  # fmt: skip
 
 
 def _pyqueue(dialect: str, dsn: str):
     db = pyqueue_sql.connect(dsn)
-    q = db.queue(QUEUE)
-    k = iter(range(1 << 62))
+    q, k = db.queue(QUEUE), iter(range(1 << 62))
     return (
         lambda: q.push_many([(f"m{next(k)}", "job", {"n": i}) for i in range(BATCH)]),
         lambda: q.reserve(n=BATCH, worker="held", timeout=LEASE),
@@ -44,10 +42,8 @@ def _pyqueue(dialect: str, dsn: str):
 
 def _plain(dialect: str, dsn: str):
     """The hand-rolled SKIP LOCKED job table of the routines suite (bench.bench.HandRolled)."""
-    job = HandRolled(dialect)
+    job, k = HandRolled(dialect), iter(range(1 << 62))
     job.open(dsn)
-    k = iter(range(1 << 62))
-
     return (
         lambda: job.push_batch([f"m{next(k)}" for _ in range(BATCH)]),
         lambda: job._reserve(BATCH),
@@ -56,9 +52,8 @@ def _plain(dialect: str, dsn: str):
     )
 
 
-# Designs whose tables should not keep what a held snapshot holds back: each has the job table's
-# columns and indexes (its DDL, renamed), its reserve (bench.bench.claim) and one client session for pushes and
-# reserves (a transaction each), one for settles and upkeep.
+# Designs whose tables should not keep what a held snapshot holds back: the job table's DDL renamed, its claim
+# (bench.bench.claim), a session for pushes and reserves (a transaction each), one for settles and upkeep.
 SEGMENTS, PERIOD = 4, 2  # rotate: tables seg0..seg3; the pushes move to the next every PERIOD s
 NOW = {"mysql": "UTC_TIMESTAMP(6)", "postgresql": "now()"}
 ROTATE = {  # rotate's SQL of each dialect; "timeout": the error of a lock not had in time
@@ -94,16 +89,11 @@ def _insert(conn, dialect: str, table: str, k) -> None:
     conn.commit()
 
 
-def _open(dialect: str, dsn: str):
-    return common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
-
-
 def _rotate(dialect: str, dsn: str):
-    """SEGMENTS job tables in turn: rotor holds the one the pushes go to (current, changed every
-    PERIOD s unless the next is still in use) and the oldest in use; the reserve reads them oldest
-    first. A segment no longer current that reads empty is emptied by TRUNCATE TABLE (a new table:
-    no dead row or index entry left behind for purge or vacuum) and the next becomes the oldest."""
-    conn, auto = _open(dialect, dsn)
+    """SEGMENTS job tables in turn: rotor holds the one the pushes go to (current, the next every PERIOD s
+    unless it is still in use) and the oldest in use, read first. One no longer current that reads empty is
+    emptied by TRUNCATE TABLE (no dead row or index entry left for purge or vacuum), the next the oldest."""
+    conn, auto = common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
     sql, now, k = ROTATE[dialect], NOW[dialect], iter(range(1 << 62))
     common.query(auto, sql["wait"])  # TRUNCATE's lock (metadata; ACCESS EXCLUSIVE): later, not wait
     rotor = f"SELECT current, oldest, since <= {now} - INTERVAL '{PERIOD}' SECOND FROM rotor WHERE id = 1 {sql['share']}"  # fmt: skip
@@ -129,9 +119,8 @@ def _rotate(dialect: str, dsn: str):
         return taken, token
 
     def truncate(s: int) -> None:
-        """seg{s} emptied if it is still the oldest, no longer current (so every push into it has
-        committed) and reads empty; one session at a time (a named lock), so that none empties it
-        after it came round again."""
+        """seg{s} emptied if still the oldest, no longer current (its pushes committed) and empty; one
+        session at a time (a named lock), so that none empties it after it came round again."""
         if common.query(auto, sql["lock"])[0][0] != 1:
             return
         try:
@@ -158,13 +147,10 @@ def _rotate(dialect: str, dsn: str):
 
 
 def _leased(dialect: str, dsn: str):
-    """A job table whose claim leaves its ready index alone: the lease's end goes into a column of
-    its own (leased_until, not indexed), so a settled row's entry stays where it was ready, behind
-    what is still to be read, never ahead of the ready range's end as a lease moved into run_at is.
-    The reserve reads from a mark, the first row its last read found (kept by the client: what a
-    routine would keep in the session), and from the start when fewer than BATCH turn up there or
-    20 times the last read from the start after it (at most 60 s), as pyqueue-sql's mark does."""
-    conn, auto = _open(dialect, dsn)
+    """A job table whose claim leaves its ready index alone (the lease's end in leased_until, not indexed),
+    read from a mark, the first row its last read found, and from the start when fewer than BATCH turn up
+    there or 20 times the last read from the start after it (at most 60 s), as pyqueue-sql's mark is."""
+    conn, auto = common.raw_connect(dialect, dsn, autocommit=False), common.raw_connect(dialect, dsn)
     now, k = NOW[dialect], iter(range(1 << 62))
     mark = {"at": None, "id": None, "full": 0.0}
     read = (f"SELECT id, run_at FROM leased {{}} WHERE {{}} run_at <= {now} AND (leased_until IS NULL OR leased_until <= {now}) "
@@ -206,13 +192,7 @@ def _pgmq(dialect: str, dsn: str):
     )
 
 
-SYSTEMS = {
-    "pyqueue": _pyqueue,
-    "plain": _plain,
-    "pgmq": _pgmq,
-    "rotate": _rotate,
-    "leased": _leased,
-}
+SYSTEMS = {"pyqueue": _pyqueue, "plain": _plain, "pgmq": _pgmq, "rotate": _rotate, "leased": _leased}
 NAMES = {"pyqueue": "pyqueue-sql", "plain": "SKIP LOCKED job table", "pgmq": "pgmq",
          "rotate": f"{SEGMENTS} rotating job tables",
          "leased": "job table, lease in a column, read from a mark"}  # fmt: skip
@@ -220,9 +200,8 @@ ONLY = {"pgmq": "postgresql"}  # the systems of one dialect
 
 
 def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) -> None:
-    """One client: push, reserve (timed), settle until stop, counting what the settle reports it
-    settled; the times sent every half second, its own CPU seconds kept in cpu, its server sessions'
-    pids or thread ids put in sessions."""
+    """One client: push, reserve (timed), settle until stop, counting what the settle settled; the times
+    sent every half second, its CPU seconds in cpu, its server sessions' pids or thread ids in sessions."""
     push, reserve, settle, conns = SYSTEMS[name](dialect, dsn)
     for conn, session in zip(conns, sessions):
         session.value = common.session_id(dialect, conn)
@@ -239,9 +218,8 @@ def _loop(name: str, dialect: str, dsn: str, stop, count, times, cpu, sessions) 
             sent, buf = time.perf_counter(), []
 
 
-# What a read costs, whatever the load. PostgreSQL: the buffers one reserve touches (EXPLAIN ANALYZE
-# BUFFERS, REPEATABLE READ, rolled back). MySQL/MariaDB (a CALL has no ANALYZE): the pages a read of
-# the first 50 ready entries accesses (ANALYZE FORMAT=JSON), the delete-marked ones it steps over.
+# What a read costs, whatever the load. PostgreSQL: the buffers a reserve touches (EXPLAIN ANALYZE, rolled
+# back). MariaDB (a CALL has no ANALYZE): the pages a read of the first 50 ready entries accesses (dead too).
 PROBE = {
     ("postgresql", "pyqueue"): f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', {BATCH})",
     ("postgresql", "pgmq"): f"SELECT * FROM pgmq.read('{QUEUE}', 300, {BATCH})",
@@ -288,30 +266,17 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
     common.execute(dialect, dsn, "CREATE TABLE report (id int PRIMARY KEY)", "INSERT INTO report VALUES (1)")
 
 
-def _hold(dialect: str, dsn: str):
-    """The report: a snapshot taken by a read of another table, kept open."""
-    conn = common.raw_connect(dialect, dsn, autocommit=dialect != "postgresql")
-    start = {"mysql": "START TRANSACTION WITH CONSISTENT SNAPSHOT", "postgresql": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}  # fmt: skip
-    common.query(conn, start[dialect])
-    common.query(conn, "SELECT count(*) FROM report")
-    return conn
-
-
-def _per_msg(a: float | None, b: float | None, msgs: int) -> float | None:
-    return round(1e6 * (b - a) / msgs, 1) if a is not None and b is not None and msgs > 0 else None
-
-
 def _window(series, times, systems, t0: float, t1: float) -> dict:
-    """msg/s, the reserve's p50/p99 (ms) and the CPU a message (µs) of its client and of its server
-    session, of each system between t0 and t1 (s since the start)."""
+    """Each system's msg/s, reserve p50/p99 (ms), client and server CPU a message (µs) from t0 to t1 (s)."""
     (ta, ca, ua), (tb, cb, ub) = (min(series, key=lambda s: abs(s[0] - t)) for t in (t0, t1))
+    per_msg = lambda a, b, m: round(1e6 * (b - a) / m, 1) if None not in (a, b) and m > 0 else None  # noqa: E731
     out = {}
     for n in systems:
         ts = sorted(d for t, m, ds in times if m == n and ta < t <= tb for d in ds)
         out[n] = {
             "rate": round((cb[n] - ca[n]) / max(tb - ta, 1e-9), 1),
-            "client_us": _per_msg(ua[n][0], ub[n][0], cb[n] - ca[n]),
-            "server_us": _per_msg(ua[n][1], ub[n][1], cb[n] - ca[n]),
+            "client_us": per_msg(ua[n][0], ub[n][0], cb[n] - ca[n]),
+            "server_us": per_msg(ua[n][1], ub[n][1], cb[n] - ca[n]),
             "p50_ms": round(1000 * statistics.median(ts), 2) if ts else None,
             "p99_ms": round(1000 * ts[min(len(ts) - 1, int(0.99 * len(ts)))], 2) if ts else None,
         }
@@ -351,11 +316,9 @@ def run(args) -> dict:
                     serv = [common.process_cpu(*server, v.value) for v in sessions[n] if v.value]
                     used[n] = (cpus[n].value or None, sum(serv) if serv and None not in serv else None)
                 series.append((time.perf_counter() - t0, {n: counts[n].value for n in systems}, used))
-                while True:
-                    try:
+                with contextlib.suppress(queue.Empty):
+                    while True:
                         got.append((time.perf_counter() - t0, *times.get_nowait()))
-                    except Exception:
-                        break
 
         def row(label: str, at: float, since: float, held: bool) -> dict:
             r = {"at": label, "held": held, "end_s": round(at, 1), **_window(series, got, systems, since, at)}
@@ -368,7 +331,11 @@ def run(args) -> dict:
         try:
             tick(t0 + args.before)
             base = row("before", args.before, min(10.0, args.before / 3), False)
-            holder, hold_at = _hold(dialect, dsn), time.perf_counter() - t0
+            # the report: a snapshot taken by a read of another table, kept open
+            holder = common.raw_connect(dialect, dsn, autocommit=dialect != "postgresql")
+            common.query(holder, HOLD[dialect])
+            common.query(holder, "SELECT count(*) FROM report")
+            hold_at = time.perf_counter() - t0
             for prev, m in zip([0, *marks], marks):
                 tick(t0 + hold_at + m)
                 at = time.perf_counter() - t0
@@ -426,17 +393,8 @@ def main(argv=None) -> int:
         ("--dialect", ("postgresql", "mysql"), "the server"),
         ("--minutes", 10.0, "how long the snapshot is held (default 10)"),
         ("--before", 60.0, "seconds of load before the hold, the baseline from 10 s (or a third) on"),
-        (
-            "--systems",
-            "",
-            "comma-separated, of: pyqueue, plain, pgmq, rotate, leased (default: the first 3)",
-        ),
-        (
-            "--lease",
-            300,
-            "seconds a reserve leases its messages for, every system (default 300; "
-            "pyqueue-sql's default visibility timeout is 30)",
-        ),
+        ("--systems", "", f"comma-separated, of: {', '.join(SYSTEMS)} (default: the first 3)"),
+        ("--lease", 300, "seconds a reserve leases its messages for, every system (default 300)"),
         ("--out", "bench/results", "where held-snapshot-<dialect>.md and .json go"),
     )
     args = ap.parse_args(argv)

@@ -1,10 +1,6 @@
 """History: clients run a random mix of the contract's calls, each recorded with the server's clock,
 under faults with --faults; a checker then verifies the contract's guarantees over the history and
-names the calls of every violation (exit 1). bench/README.md, History.
-
-    python -m bench history --ops 1000000 --faults --dialect postgresql
-    python -m bench history --ops 20000 --dialect mysql --isolation "REPEATABLE READ"
-"""
+names the calls of every violation (exit 1). bench/README.md, History; figures: docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -33,25 +29,27 @@ TIMEOUTS = (0.3, 1.0, 2.0, 2.0, 4.0)  # seconds a reservation is asked for; 0.3 
 PUSH_KINDS = ("free", "free", "lim", "rate", "poison")
 INF = float("inf")
 NO_EFFECT = (errors.InvalidArgumentError, errors.UnknownQueueError)  # refused: nothing changed
+OTHERS = {  # the other client sessions of the database, busy ones first
+    "postgresql": "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    "AND backend_type = 'client backend' ORDER BY state = 'active' DESC",
+    "mysql": "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() "
+    "ORDER BY command = 'Query' DESC",
+}
 
 
 # ---- the clients ---------------------------------------------------------------------------------
 
 
 class Recorder:
-    """One process's history: a line [seq, op, args, t0] before each call, [seq, status, answer, t1]
-    after it (status ok, or unk when the call failed in a way that may have changed something); t0
-    and t1 on the server's clock, read as bench/README.md, History, says."""
+    """One process's history: [seq, op, args, t0] before each call, [seq, status, answer, t1] after it
+    (status ok, err, or unk: may have changed something); t0 and t1 on the server's clock (README, History)."""
 
     def __init__(self, dialect: str, dsn: str, path: str, isolation: str | None = None, budget=None):
         self.dialect, self.dsn, self.isolation, self.budget = dialect, dsn, isolation, budget
         self.out = open(path, "a", buffering=1)
         self.seq, self.db, self.t, self.local = 0, None, None, False
-        self.clock_sql = (
-            "SELECT extract(epoch FROM clock_timestamp())::float8"
-            if dialect == "postgresql"
-            else "SELECT UNIX_TIMESTAMP(SYSDATE(6))"
-        )
+        pg = dialect == "postgresql"
+        self.clock_sql = f"SELECT {'extract(epoch FROM clock_timestamp())::float8' if pg else 'UNIX_TIMESTAMP(SYSDATE(6))'}"
 
     def server_clock(self) -> float:
         return float(common.query(self.db.connection, self.clock_sql)[0][0])
@@ -65,8 +63,8 @@ class Recorder:
             try:
                 self.db = pyqueue_sql.connect(self.dsn)
                 if self.isolation:
-                    cur = self.db.connection.cursor()
                     what = "SESSION CHARACTERISTICS AS" if self.dialect == "postgresql" else "SESSION"
+                    cur = self.db.connection.cursor()
                     cur.execute(f"SET {what} TRANSACTION ISOLATION LEVEL {self.isolation}")
                 a = time.clock_gettime(time.CLOCK_REALTIME)
                 self.t = self.server_clock()
@@ -122,8 +120,7 @@ class KeepAnswer(list):
 
 
 def producer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=PUSH_KINDS, leases=()) -> Any:
-    """One producer operation a call: pushes of every shape, fresh keys (which must be new), and
-    pushes again of delayed keys pushed before (which must be refused as duplicates)."""
+    """A push a call, of every shape: fresh keys (must be new), delayed keys again (must be refused)."""
     seq, dedup, groups = [0], [], [f"{name}.g{i}" for i in range(8)]
     for g in groups[::2]:
         rec.call("group_limit", [g, 2], lambda db, g=g: db.queue(Q).set_group_limit(g, 2))
@@ -163,8 +160,7 @@ def producer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=PU
 
 
 def consumer(rec: Recorder, rng: random.Random, name: str, skew: float, kinds=(), leases=TIMEOUTS) -> Any:
-    """One consumer operation a call, on the reservations it holds (and, now and then, on one it
-    no longer holds: a stale token must not work)."""
+    """A call a step on the reservations it holds (now and then a stale token's, which must not work)."""
     hold: list = []
     stale: list = []  # reservations this client no longer holds
 
@@ -255,9 +251,7 @@ def live_count(db, queue: str, kind: str) -> int:
     return int(common.query(db.connection, sql, (queue, kind))[0][0])
 
 
-def client_main(
-    role, name, dialect, dsn, path, seed, budget, stop, skew: float, isolation, kinds, leases
-) -> None:
+def client_main(role, name, dialect, dsn, path, seed, budget, stop, skew, isolation, kinds, leases) -> None:
     if skew:  # this client's clock is wrong by `skew` seconds: nothing the contract times may depend on it
         real = time.time
         time.time = lambda: real() + skew
@@ -280,8 +274,7 @@ def client_main(
 
 
 class Server:
-    """Where the history runs: a database on the shared server (no restarts), or a server of the
-    suite's own (tests/own_postgres.py, tests/own_mariadb.py) that it may restart."""
+    """A database on the shared server, or a server of the suite's own (tests/own_*.py) that it restarts."""
 
     def __init__(self, dialect: str, own: bool, dsn: str | None = None):
         self.dialect, self.own, self.server, self.lent = dialect, own, None, dsn is not None
@@ -291,10 +284,11 @@ class Server:
         elif own:
             from tests import own_mariadb, own_postgres
 
-            if self.pg:
-                self.server = own_postgres.OwnPostgres("max_connections = 100\nshared_buffers = 128MB\n")
-            else:
-                self.server = own_mariadb.OwnMariaDB(("--innodb-buffer-pool-size=256M",))
+            pg_conf, my_args = (
+                "max_connections = 100\nshared_buffers = 128MB\n",
+                ("--innodb-buffer-pool-size=256M",),
+            )
+            self.server = own_postgres.OwnPostgres(pg_conf) if self.pg else own_mariadb.OwnMariaDB(my_args)
             self.server.start()
             self.server.wait_ready()
             create = 'CREATE DATABASE "history"' if self.pg else "CREATE DATABASE history COLLATE utf8mb4_bin"
@@ -303,24 +297,14 @@ class Server:
         else:
             self.dsn = common.create(dialect, "history")
 
-    def restart(self) -> None:
-        if self.pg:
-            self.server.stop("immediate")  # a crash: what the WAL holds comes back
-        else:
-            self.server.kill()
+    def restart(self) -> None:  # a crash: what the WAL (InnoDB's redo log) holds comes back
+        self.server.stop("immediate") if self.pg else self.server.kill()
         self.server.start()
         self.server.wait_ready()
 
     def cut(self, conn, rng: random.Random) -> bool:
         """Ends the session of one of the clients in the database (of the first three, busy ones first)."""
-        sessions = common.query(
-            conn,
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend' ORDER BY state = 'active' DESC"
-            if self.pg
-            else "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() "
-            "ORDER BY command = 'Query' DESC",
-        )[:3]
+        sessions = common.query(conn, OTHERS[self.dialect])[:3]
         if sessions:
             session = int(rng.choice(sessions)[0])
             kill = f"SELECT pg_terminate_backend({session})" if self.pg else f"KILL CONNECTION {session}"
@@ -407,8 +391,7 @@ def send(p, sig) -> None:
 
 
 def run_faults(fleet: Fleet, server: Server, rng: random.Random, admin) -> collections.Counter:
-    """Faults until the budget is spent: one a 0.5 to 2 s and 10 to 30 operations, the kind at random;
-    a restart every --restart-every s on a server of the suite's own."""
+    """Faults till the budget is spent (one a 0.5-2 s and 10-30 calls; a restart every --restart-every s)."""
     faults: collections.Counter = collections.Counter()
     paused: dict[str, float] = {}
     next_restart = time.monotonic() + fleet.args.restart_every
@@ -596,8 +579,7 @@ def check(ops: list[Op], end: dict, group_k: int = 2) -> dict:
             return
         c.end0 = min(c.end0, o.t0)
         c.m.ops.append(o)
-        last = c.attempts >= MAX_ATTEMPTS
-        if leaves or (leaves is None and last):
+        if leaves or (leaves is None and c.attempts >= MAX_ATTEMPTS):  # None: it leaves on a last delivery
             c.m.depart = min(c.m.depart, o.t0)
         if ok:
             c.acts.append(o)
@@ -785,9 +767,8 @@ def most_at_once(segments, limit: int) -> list:
 
 
 def run(dialect: str, args, sabotage=None, dsn: str | None = None) -> dict:
-    """One history on one dialect: the run, the drain, the check. sabotage(dsn), when given, runs
-    after the install (a test of the checker installs a broken routine there); dsn: a database with
-    the schema installed to run in (its queues h, h.next and h.dead are made anew) instead of a new one."""
+    """One history on one dialect: the run, the drain, the check. sabotage(dsn) runs after the install (a
+    test's broken routine); dsn: a database with the schema to run in (h, h.next, h.dead made anew)."""
     server = Server(dialect, own=args.server == "own", dsn=dsn)
     workdir = tempfile.mkdtemp(prefix="pyqueue-history-")
     started = time.monotonic()

@@ -1,11 +1,6 @@
 """Push -> handler-start latency of an idle Worker and its queries a second while idle; or a limited
-reserve's (--limited); or the pickup latency under a steady stream (--stream). bench/README.md, Latency.
-
-    python -m bench latency                       # both dialects
-    python -m bench latency --stream 800 --stream-sql main --rounds 3   # PostgreSQL, A/B alternated
-    python -m bench latency --dialect postgresql --samples 300
-    python -m bench latency --limited 5 --limited-sql COMMIT   # MariaDB, COMMIT's routines
-"""
+reserve's (--limited, MariaDB, --limited-sql COMMIT: an A/B); or the pickup latency under a steady stream
+(--stream, PostgreSQL, --stream-sql COMMIT: an A/B, rounds alternated). bench/README.md, Latency."""
 
 from __future__ import annotations
 
@@ -47,16 +42,14 @@ def summary(latencies: list[float], expected: int) -> dict:
 
 
 def measure_latency(dsn: str, samples: int, idle_seconds: float) -> dict:
-    """Push -> handler-start latencies in ms of one idle Worker (concurrency 4), then its own
-    database round trips a second while nothing happens, and its wakeups."""
+    """Push -> handler-start latencies (ms) of an idle Worker (concurrency 4), its queries a second idle."""
     db = pyqueue_sql.connect(dsn)
     q = db.queue("bench.latency").create()
     started: dict[str, float] = {}
     with running(dsn, q.name, lambda job: started.setdefault(job.key, time.perf_counter())) as worker:
         time.sleep(1.0)
         pushed: dict[str, float] = {}
-        rng = random.Random(7)
-        prefix = uuid.uuid4().hex[:6]
+        rng, prefix = random.Random(7), uuid.uuid4().hex[:6]
         for i in range(samples):
             time.sleep(rng.uniform(0.1, 0.3))
             pushed[f"{prefix}-{i}"] = time.perf_counter()
@@ -101,8 +94,7 @@ def measure_limited(dsn: str, limited: int, consumers: int, seconds: float) -> d
 
 
 def stream_worker(dsn: str, queue: str, handlers: int, ready, stop, out) -> None:
-    """A Worker of `handlers` threads in a process of its own, as users run one: each no-op job's
-    enqueue -> start in ms (the producer's time.time() is in the payload); sent to out at stop."""
+    """A Worker of `handlers` threads in a process of its own: each job's enqueue -> start (ms), at stop."""
     lat: list[float] = []
     handler = lambda job: "t" in job.payload and lat.append((time.time() - job.payload["t"]) * 1000)  # noqa: E731
     with running(dsn, queue, handler, handlers):
@@ -112,9 +104,8 @@ def stream_worker(dsn: str, queue: str, handlers: int, ready, stop, out) -> None
 
 
 def measure_stream(dsn: str, rate: float, seconds: float, producers: int, batch: int, backlog: int) -> dict:
-    """Pickup under a steady stream: `producers` sessions push no-op jobs (push, or push_many of `batch`)
-    at `rate` a second in all (0: as fast as they can) for `seconds` while a 16-handler worker runs; then
-    a backlog pushed into the paused queue, drained from queue_resume (jobs/s)."""
+    """Pickup while `producers` sessions push no-op jobs (push_many of `batch`) at `rate` a second (0: at
+    full speed) for `seconds` to a 16-handler worker; then a backlog drained from queue_resume (jobs/s)."""
     db, mp = pyqueue_sql.connect(dsn), multiprocessing.get_context("spawn")
     q = db.queue("bench.stream").create()
     ready, stop, out = mp.Event(), mp.Event(), mp.Queue()
@@ -165,6 +156,7 @@ def run_stream(args) -> int:
     """--stream: rounds of this tree's SQL against --stream-sql's (if given), alternated."""
     sources = [None, args.stream_sql] if args.stream_sql else [None]
     rows, report = [], []
+    keys = "samples missing p50_ms p95_ms p99_ms max_ms push_p50_ms pushed_per_s backlog_jobs_per_s".split()
     for r in range(args.rounds):
         for sql in sources if r % 2 == 0 else sources[::-1]:
             with common.database("postgresql", "pick", install=sql is None) as dsn:
@@ -176,17 +168,10 @@ def run_stream(args) -> int:
                 )
             report.append({"round": r + 1, "sql": sql or "this tree", "load": load} | m)
             print(json.dumps(report[-1]), flush=True)
-            keys = "samples missing p50_ms p95_ms p99_ms max_ms push_p50_ms pushed_per_s backlog_jobs_per_s".split()
             rows.append((r + 1, sql or "this tree", load, *(m[k] for k in keys)))
-    head = (
-        "round|SQL|load|jobs|missing|p50 ms|p95 ms|p99 ms|max ms|push p50 ms|pushed/s|backlog jobs/s".split(
-            "|"
-        )
-    )
-    md = [f"`{common.command()}`", "", *common.table(head, rows, "llrrrrrrrrrr")]
-    common.write(
-        args.out, time.strftime("pickup-%Y-%m-%dT%H%M%SZ", time.gmtime()), "\n".join(md) + "\n", report, ""
-    )
+    head = "round|SQL|load|jobs|missing|p50 ms|p95 ms|p99 ms|max ms|push p50 ms|pushed/s|backlog jobs/s"
+    md = [f"`{common.command()}`", "", *common.table(head.split("|"), rows, "llrrrrrrrrrr")]
+    common.write(args.out, common.now_utc("pickup-%Y-%m-%dT%H%M%SZ"), "\n".join(md) + "\n", report, "")
     return 0
 
 
@@ -199,11 +184,7 @@ def main(argv=None) -> int:
         ("--out", "bench/results", "where latency-<time>.{json,md} go"),
         ("--limited", -1, "only the limited reserve: this many of five kinds limited (8 consumers, 10 s)"),
         ("--limited-sql", None, "the limited reserve on this commit's SQL (an A/B)"),
-        (
-            "--stream",
-            -1.0,
-            "only pickup under a steady stream of this many jobs/s (PostgreSQL; 0: full speed)",
-        ),
+        ("--stream", -1.0, "only pickup under a stream of this many jobs/s (PostgreSQL; 0: full speed)"),
         ("--stream-seconds", 20.0, "how long the stream runs"),
         ("--stream-sql", None, "the stream also on this commit's SQL, rounds alternated (an A/B)"),
         ("--producers", 1, "producer sessions of the stream"),
@@ -223,7 +204,7 @@ def main(argv=None) -> int:
         rows = [(q, *(r[q][k] for k in ("samples", "p50_ms", "p99_ms"))) for q in ("limited", "free")]
         md = [f"{common.command()}; SQL {args.limited_sql or 'of this tree'}; load {r['loadavg_before']}", ""]
         md += common.table(["queue", "reserves", "p50 ms", "p99 ms"], rows, "lrrr")
-        common.write(args.out, time.strftime("limited-%Y-%m-%dT%H%M%SZ", time.gmtime()), "\n".join(md), r, "")
+        common.write(args.out, common.now_utc("limited-%Y-%m-%dT%H%M%SZ"), "\n".join(md), r, "")
         return 0
     report: dict = {"latency": {}}
     for dialect in args.dialect or ["postgresql", "mysql"]:
@@ -233,8 +214,7 @@ def main(argv=None) -> int:
     keys = ("samples", "p50_ms", "p95_ms", "p99_ms", "max_ms", "idle_client_queries_per_s")
     lines = common.table(["dialect", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "idle q/s"],
                          [(d, *(r[k] for k in keys)) for d, r in report["latency"].items()], "lrrrrrr")  # fmt: skip
-    stem = time.strftime("latency-%Y-%m-%dT%H%M%SZ", time.gmtime())
-    common.write(args.out, stem, "\n".join(lines) + "\n", report, tag="")
+    common.write(args.out, common.now_utc("latency-%Y-%m-%dT%H%M%SZ"), "\n".join(lines) + "\n", report, "")
     return 0
 
 

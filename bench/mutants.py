@@ -24,12 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = ROOT / "bench" / "mutants.jsonl"
 COPIED = ("pyqueue_sql", "sql", "migrations", "tests", "examples", "pyproject.toml")
 MODEL = "tests/concurrency/test_model.py::test_the_whole_contract_matches_the_model"
-# Every test that kills a mutant of bench/mutants.jsonl (docs/reliability.md names the killer of each),
-# in the order that reaches a kill soonest (pytest -x stops at the first failure): the whole
-# contract's model first (it kills most, in seconds), then the folders and the files outside them,
-# and last the interleavings' model (80 examples, minutes; the contract tests kill what it kills).
-# A mutant only a test left out here kills would survive the default run
-# (tests/unit/test_mutants_killers.py checks that every killer docs/reliability.md names is here).
+# Every test that kills a mutant of bench/mutants.jsonl (docs/reliability.md names each killer; a test of
+# tests/unit/test_mutants_killers.py holds it here), in the order that reaches a kill soonest (pytest -x): the
+# contract's model first (it kills most, in seconds), the folders and files, the interleavings' model last.
 KILLERS = (
     MODEL,
     "tests/contract",
@@ -39,6 +36,7 @@ KILLERS = (
     "tests/concurrency/test_model.py::test_random_interleavings_match_the_model",
 )
 DEFAULT_TESTS = " ".join(KILLERS)
+ERROR_LINE = re.compile(r"^\s*(\| )?(E\s+)?\w*(Error|Exception)\b")  # an exception's line in pytest's output
 
 
 def load(path: Path) -> list[dict]:
@@ -72,13 +70,9 @@ def first_failure(output: str) -> str:
     """The first failing test and the first line of its error, from pytest's -rf summary."""
     lines = output.splitlines()
     failed = next((line for line in lines if line.startswith(("FAILED ", "ERROR "))), None)
-    error = next(
-        (line.strip(" |E") for line in lines if re.match(r"^\s*(\| )?(E\s+)?\w*(Error|Exception)\b", line)),
-        "",
-    )
+    error = next((line.strip(" |E") for line in lines if ERROR_LINE.match(line)), "")
     # the model's failing step (hypothesis prints the steps; invariants end in _model) and the rule before it
-    steps = re.findall(r"^E\s+state\.(\w+)\(", output, re.M)
-    steps = [x for x in steps if x != "teardown"]
+    steps = [x for x in re.findall(r"^E\s+state\.(\w+)\(", output, re.M) if x != "teardown"]
     rule = next((x for x in reversed(steps) if not x.endswith("_model")), None)
     where = f" [model: the last rule {rule} (or the teardown after it)]" if rule else ""
     if failed:
@@ -90,17 +84,12 @@ def first_failure(output: str) -> str:
 def select_dialect(args: list[str], dialect: str) -> tuple[list[str], str]:
     """The tests' pytest arguments without their -k expression, and that expression narrowed to the
     mutant's dialect (pytest keeps only the last -k given: the dialect's must not replace the user's)."""
-    rest, exprs, i = [], [], 0
-    while i < len(args):
-        if args[i] == "-k" and i + 1 < len(args):
-            exprs.append(args[i + 1])
-            i += 2
-            continue
-        if args[i].startswith("-k") and len(args[i]) > 2:
-            exprs.append(args[i][2:])
+    rest, exprs, it = [], [], iter(args)
+    for a in it:
+        if a.startswith("-k") and (expr := a[2:] or next(it, "")):
+            exprs.append(expr)
         else:
-            rest.append(args[i])
-        i += 1
+            rest.append(a)
     return rest, " and ".join([f"({e})" for e in exprs] + [dialect])
 
 
@@ -166,7 +155,7 @@ def main() -> int:
     for m in [m for m in mutants if m.get("equivalent")]:
         counts["equivalent"] += 1
         print(f"{'equivalent':8} {a.file.name}:{m['line']} {m['file']} {m.get('note', '')}", flush=True)
-        print(f"         {m['equivalent']}", flush=True)
+        print(f"{'':8} {m['equivalent']}", flush=True)
     mutants = [m for m in mutants if not m.get("equivalent")]
     for d in sorted({dialect_of(m) for m in mutants}):  # a kill counts only where the tree passes
         unmutated = next(m for m in mutants if dialect_of(m) == d) | {"find": "", "replace": ""}

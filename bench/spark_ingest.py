@@ -1,12 +1,7 @@
 """Spark bulk enqueue through queue_ingest against a plain JDBC append, side by side: plain, direct
 (straight into pyqueue_message), ingest (JDBC + the trigger / flush), load, bulk (COPY / LOAD DATA
-from Spark's Python workers), rerun (every row a duplicate). Method and figures: bench/spark.md.
-
-    python -m bench spark                      # 1M rows, both dialects
-    python -m bench spark --rows 200000 --dialect mysql --repeat 2
-
-Prints rows/s and ratios to plain; results also go to bench/results/spark_ingest.json.
-"""
+from Spark's Python workers), rerun (every row a duplicate): rows/s and ratios to plain, also in
+bench/results/spark_ingest.json. Method and figures: bench/spark.md."""
 
 from __future__ import annotations
 
@@ -22,15 +17,12 @@ from pyqueue_sql import spark as pqs
 from pyqueue_sql.queries import parse_named
 
 HERE = Path(__file__).resolve().parent
-
 QUEUE = "bench.ingest"
+COLUMNS = {"key": "key", "kind": "kind", "payload": "payload"}  # the frame's columns
 
 
 def run_sql(url: str, statement: str) -> None:
     common.execute("postgresql" if url.startswith("postgresql") else "mysql", url, statement)
-
-
-COLUMNS = {"key": "key", "kind": "kind", "payload": "payload"}  # the frame's columns
 
 
 def frame(spark, rows: int, partitions: int):
@@ -49,8 +41,7 @@ def frame(spark, rows: int, partitions: int):
     )
     df = df.cache()
     df.count()
-    # Start the Python workers the bulk path runs in (once per session, reused after), so
-    # that no step's time includes their start-up.
+    # the Python workers the bulk path runs in started (once a session), so that no step counts their start
     spark.sparkContext.parallelize(range(partitions), partitions).map(lambda x: x).count()
     return df
 
@@ -73,9 +64,8 @@ def bench_dialect(spark, dialect: str, rows: int, partitions: int, batch: int, r
             ingest_df.write.jdbc(tgt.jdbc_url, "bench_plain", mode="append", properties=opts)
             plain = time.perf_counter() - t
 
-            # The floor: the same rows appended straight into the live table (no dedup, no
-            # checks; fresh keys only), i.e. what pyqueue_message's own indexes and
-            # foreign key cost, whatever the ingest path does.
+            # The floor: the same rows appended straight into the live table (no dedup, no checks;
+            # fresh keys only): what pyqueue_message's own indexes and foreign key cost.
             from pyspark.sql import functions as F
 
             times_at = [
@@ -157,9 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     for dialect in ["postgresql", "mysql"] if args.dialect == "both" else [args.dialect]:
         results += bench_dialect(spark, dialect, args.rows, args.partitions, args.batch, args.repeat)
     spark.stop()
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / "spark_ingest.json").write_text(json.dumps(results, indent=2))
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "spark_ingest.json").write_text(json.dumps(results, indent=2))
     return 0
 
 

@@ -1,14 +1,10 @@
 """Worker CPU: what one no-op job costs pyqueue-sql's threaded worker built as `pyqueue-sql worker`
-builds it, and its server sessions, variants alternated (bare_loop: the floor). bench/README.md, Worker CPU.
-
-    python -m bench worker-cpu                        # 5 rounds of 20,000 jobs per variant
-    python -m bench worker-cpu --quick                # 1 round of 2,000
-    python -m bench worker-cpu --rounds 3 --variant bare
-    python -m bench worker-cpu --rounds 3 --variant asyncio   # AsyncWorker, an async def no-op
-"""
+builds it, and its server sessions, variants alternated (--variant bare: bare_loop, the floor; --variant
+asyncio: AsyncWorker, an async def no-op). bench/README.md, Worker CPU."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -20,6 +16,7 @@ import time
 import pyqueue_sql
 from bench import common
 from pyqueue_sql import RetryPolicy, Worker
+from pyqueue_sql.aio import AsyncWorker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUE = "burndown"
@@ -83,15 +80,10 @@ def bare_loop(dsn: str, jobs: int, ended) -> None:
 
 
 def drain(dsn: str, jobs: int, variant: str | None = None) -> dict:
-    """One Worker, built as cmd_worker builds it, drains the backlog (variant "bare": bare_loop;
-    "asyncio": an AsyncWorker with an async def no-op handler, its defaults otherwise)."""
-    if variant == "asyncio":
-        from pyqueue_sql.aio import AsyncWorker
-
-        worker, handler = AsyncWorker(dsn, concurrency=CONCURRENCY), _async_noop
-    elif variant != "bare":
-        worker, handler = Worker(dsn, concurrency=CONCURRENCY), _noop
+    """One Worker as cmd_worker builds it drains the backlog ("bare": bare_loop; "asyncio": AsyncWorker)."""
     if variant != "bare":
+        worker = (AsyncWorker if variant == "asyncio" else Worker)(dsn, concurrency=CONCURRENCY)
+        handler = _async_noop if variant == "asyncio" else _noop
         worker.add_handler(QUEUE, handler, None, retry=RetryPolicy(), timeout=None)
     counter = common.raw_connect("postgresql", dsn)
     cur = counter.cursor()
@@ -110,12 +102,9 @@ def drain(dsn: str, jobs: int, variant: str | None = None) -> dict:
         bare_loop(dsn, jobs, lambda: seen.update(after=common.sessions_cpu(cur)))
     else:
         threading.Thread(target=watch, daemon=True).start()
+        ran = worker.run(install_signals=False)  # (AsyncWorker's: a coroutine, run here to its end)
         if variant == "asyncio":
-            import asyncio
-
-            asyncio.run(worker.run(install_signals=False))
-        else:
-            worker.run(install_signals=False)
+            asyncio.run(ran)
     cpu1, t1 = common.own_cpu(), time.perf_counter()
     counter.close()
     server = sum(v - seen["before"].get(pid, 0.0) for pid, v in seen.get("after", {}).items())
@@ -131,8 +120,7 @@ def main() -> None:
         ("--quick", False, "1 round of 2,000 jobs; writes to bench/results/"),
         ("--out", None, "directory of worker-cpu.md/.json (default bench/latest, --quick bench/results)"),
     )
-    help = "bare: bare_loop, the floor; asyncio: AsyncWorker with an async def no-op"
-    ap.add_argument("--variant", action="append", default=[], choices=("bare", "asyncio"), help=help)
+    ap.add_argument("--variant", action="append", default=[], choices=("bare", "asyncio"))
     args = ap.parse_args()
     common.exit_on_sigterm()
     if args.quick:
@@ -164,17 +152,13 @@ def main() -> None:
                 finally:
                     tracing._api = None
                 results.append({"round": rnd + 1, "variant": variant, **r})
-                print(
-                    f"worker-cpu: round {rnd + 1} {variant}: {r['cpu_us_per_job']:.1f} µs a job, "
-                    f"server sessions {r['server_cpu_us_per_job']:.1f}, {r['rate']:,.0f} jobs/s",
-                    flush=True,
-                )
+                print(f"worker-cpu: round {rnd + 1}, {variant}: {r['cpu_us_per_job']:.1f} µs", flush=True)
     meta["load_after"] = common.loadavg()
-    rows = []
-    for variant in settings_of:
-        rs = [r for r in results if r["variant"] == variant]
-        figures = [("cpu_us_per_job", ".1f"), ("server_cpu_us_per_job", ".1f"), ("rate", ",.0f")]
-        rows.append([variant, *(common.spread([r[k] for r in rs], fmt) for k, fmt in figures)])
+    figures = [("cpu_us_per_job", ".1f"), ("server_cpu_us_per_job", ".1f"), ("rate", ",.0f")]
+    rows = [
+        [v, *(common.spread([r[k] for r in results if r["variant"] == v], fmt) for k, fmt in figures)]
+        for v in settings_of
+    ]
     md = [
         "# Worker CPU: what one job costs the threaded worker, as the CLI builds it",
         "",
@@ -187,8 +171,7 @@ def main() -> None:
         "",
     ]
     out = args.out or os.path.join(HERE, "results" if args.quick else "latest")
-    data = {"meta": meta, "results": results}
-    common.write(out, "worker-cpu", "\n".join(md), data, "worker-cpu: ")
+    common.write(out, "worker-cpu", "\n".join(md), {"meta": meta, "results": results}, "worker-cpu: ")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,6 @@
-"""oban (its Python port) in the burn-down, as py_workers.py runs the Python peers (`work` says
-`ready`, then starts at the next line of its standard input). It needs Python >= 3.12: a
-virtualenv of its own (bench/peers/.venv-oban, `make bench`); the schema from its `oban install`.
-
-    bench/peers/.venv-oban/bin/python bench/peers/oban_worker.py enqueue DSN JOBS
-    bench/peers/.venv-oban/bin/python bench/peers/oban_worker.py work DSN CONCURRENCY SLEEP_MS
-"""
+"""oban (its Python port) in the burn-down, as py_workers.py runs the Python peers: `enqueue DSN JOBS`,
+`work DSN CONCURRENCY SLEEP_MS`. It needs Python >= 3.12: a virtualenv of its own
+(bench/peers/.venv-oban, `make bench`); the schema from its `oban install`."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""The Python systems of the burn-down (bench/burndown.py): install, bulk enqueue and one worker
-process each, every one through the system's own API, as its users run it.
-
-    python bench/peers/py_workers.py install SYSTEM DSN
-    python bench/peers/py_workers.py enqueue SYSTEM DSN JOBS
-    python bench/peers/py_workers.py work SYSTEM DSN --concurrency 16 --sleep-ms 10
-
-`work` prints `ready` once the worker is built and runs it from the next line on its standard input
-(the burn-down's clock starts there) until killed; the handler does nothing or waits --sleep-ms.
-"""
+"""The Python systems of the burn-down (bench/burndown.py): `install SYSTEM DSN`, `enqueue SYSTEM DSN
+JOBS` and `work SYSTEM DSN`, each through the system's own API. `work` prints `ready` once the worker is
+built and runs it from the next line on its standard input until killed; the handler does nothing or
+waits --sleep-ms."""
 
 from __future__ import annotations
 
@@ -31,6 +25,8 @@ from pyqueue_sql import App, Worker  # noqa: E402
 QUEUE = "burndown"
 # what each job waits: --sleep-ms, or BENCH_SLEEP_MS where the CLI imports this module
 SLEEP_S = float(os.environ.get("BENCH_SLEEP_MS") or 0) / 1000
+PGQUEUER_BATCH = 8  # PGQueuer requires max_concurrent_tasks >= 2 x batch_size (its default: 10)
+PGMQ_BATCH = 10  # pgmq has no runtime of its own: a read-batch/delete loop in threads
 
 
 def _sync(coro_fn):
@@ -74,35 +70,28 @@ def pyqueue_work(dsn: str, concurrency: int, threads: bool = True) -> None:
 # by the CLI with BENCH_GO set, the module says ready and waits for the go before the CLI builds its worker.
 
 
-def _app():
-    app = App(queue=QUEUE)  # the DSN: $PYQUEUE_DSN, as the CLI reads it
+@dataclasses.dataclass
+class Noop:  # one job's arguments, its payload {"n": ...}: awa's jobs and the batch task's items
+    n: int
+
+
+def _apps() -> tuple[App, App]:
+    """The no-op as an `@app.task`, and as a batch task of up to $BENCH_BATCH (burndown.py --batch)."""
+    app, batch_app = App(queue=QUEUE), App(queue=QUEUE)  # the DSN: $PYQUEUE_DSN, as the CLI reads it
 
     @app.task
     def noop(n: int) -> None:
         plain(n)
 
-    return app
-
-
-@dataclasses.dataclass
-class Burn:  # one job of the batch task: its payload {"n": ...}, as the other systems'
-    n: int
-
-
-def _batch_app():
-    """The same no-op jobs (kind noop) as a batch task of up to $BENCH_BATCH (bench/burndown.py --batch)."""
-    app = App(queue=QUEUE)
-
-    @app.task(batch=int(os.environ.get("BENCH_BATCH", "100")), kind="noop")
-    def noop(items: list[Burn]) -> None:
+    @batch_app.task(batch=int(os.environ.get("BENCH_BATCH", "100")), kind="noop")
+    def noop_batch(items: list[Noop]) -> None:
         plain(None)
 
-    return app
+    return app, batch_app
 
 
 if os.environ.get("BENCH_GO"):
-    app = _app()
-    batch_app = _batch_app()
+    app, batch_app = _apps()
     _ready()
 
 
@@ -111,9 +100,6 @@ def pgqueuer_enqueue(dsn: str, jobs: int) -> None:
         for numbers in common.chunks(jobs):
             n, payloads = len(numbers), [json.dumps({"n": i}).encode() for i in numbers]
             client.run(client.q.enqueue(["noop"] * n, payloads, [0] * n))
-
-
-PGQUEUER_BATCH = 8  # PGQueuer requires max_concurrent_tasks >= 2 x batch_size (its default: 10)
 
 
 @_sync
@@ -128,70 +114,41 @@ async def pgqueuer_work(dsn: str, concurrency: int) -> None:
     await pgq.run(batch_size=min(PGQUEUER_BATCH, concurrency // 2), max_concurrent_tasks=concurrency)
 
 
-def _procrastinate_app(dsn: str):
+@_sync
+async def procrastinate_run(action: str, dsn: str, n: int = 0) -> None:
+    """install (what `procrastinate schema --apply` runs), enqueue n jobs, or work with n handlers."""
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
-    return app, app.task(name="noop", queue=QUEUE)(nap)
-
-
-@_sync
-async def procrastinate_install(dsn: str) -> None:
-    app, _ = _procrastinate_app(dsn)
+    noop = app.task(name="noop", queue=QUEUE)(nap)
     async with app.open_async():
-        await app.schema_manager.apply_schema_async()  # what `procrastinate schema --apply` runs
+        if action == "install":
+            await app.schema_manager.apply_schema_async()
+        elif action == "enqueue":
+            for numbers in common.chunks(n):
+                await noop.batch_defer_async(*({"n": i} for i in numbers))
+        else:
+            await _async_ready()
+            await app.run_worker_async(queues=[QUEUE], concurrency=n, install_signal_handlers=False)
 
 
 @_sync
-async def procrastinate_enqueue(dsn: str, jobs: int) -> None:
-    app, noop = _procrastinate_app(dsn)
-    async with app.open_async():
-        for numbers in common.chunks(jobs):
-            await noop.batch_defer_async(*({"n": i} for i in numbers))
-
-
-@_sync
-async def procrastinate_work(dsn: str, concurrency: int) -> None:
-    app, _ = _procrastinate_app(dsn)
-    async with app.open_async():
-        await _async_ready()
-        await app.run_worker_async(queues=[QUEUE], concurrency=concurrency, install_signal_handlers=False)
-
-
-@dataclasses.dataclass
-class Noop:  # awa's job arguments
-    n: int
-
-
-@_sync
-async def awa_install(dsn: str) -> None:  # what `awa migrate` (python -m awa migrate) runs, in a running loop
+async def awa_run(action: str, dsn: str, n: int = 0) -> None:
+    """install (what `awa migrate` runs, in a running loop), enqueue n jobs, or work with n handlers."""
     import awa
 
-    await awa.migrate(dsn)
-
-
-@_sync
-async def awa_enqueue(dsn: str, jobs: int) -> None:
-    import awa
-
-    client = awa.AsyncClient(dsn)
-    for numbers in common.chunks(jobs):
-        await client.insert_many_copy([Noop(n=i) for i in numbers], queue=QUEUE)
-    await client.close()
-
-
-@_sync
-async def awa_work(dsn: str, concurrency: int) -> None:
-    import awa
-
-    client = awa.AsyncClient(dsn, max_connections=concurrency + 4)
+    if action == "install":
+        return await awa.migrate(dsn)
+    if action == "enqueue":
+        client = awa.AsyncClient(dsn)
+        for numbers in common.chunks(n):
+            await client.insert_many_copy([Noop(n=i) for i in numbers], queue=QUEUE)
+        return await client.close()
+    client = awa.AsyncClient(dsn, max_connections=n + 4)
     client.task(Noop, queue=QUEUE)(nap)
     await _async_ready()
-    await client.start([(QUEUE, concurrency)])
+    await client.start([(QUEUE, n)])
     await asyncio.Event().wait()
-
-
-PGMQ_BATCH = 10  # pgmq has no runtime of its own: a read-batch/delete loop in threads
 
 
 def pgmq_enqueue(dsn: str, jobs: int) -> None:
@@ -204,8 +161,7 @@ def pgmq_enqueue(dsn: str, jobs: int) -> None:
 
 
 def _threads(conns: list, claim, delete) -> None:
-    """One thread a connection: claim(conn) -> ids (when none, sleep 50 ms: nothing is empty during
-    a burn-down), the handler on each, delete(conn, ids); says ready and runs until killed."""
+    """A thread a connection: claim(conn) -> ids (none: a 50 ms sleep), the handler on each, delete(conn, ids)."""
 
     def loop(conn) -> None:
         while True:
@@ -226,8 +182,7 @@ def _threads(conns: list, claim, delete) -> None:
 
 
 def pgmq_work(dsn: str, concurrency: int) -> None:
-    """Read up to PGMQ_BATCH messages (visibility 30 s), delete them in one call (pgmq's
-    read_with_poll is the alternative to the sleep when empty)."""
+    """Up to PGMQ_BATCH messages read (visibility 30 s) and deleted in one call (or read_with_poll)."""
     import psycopg
 
     read = "SELECT msg_id, read_ct, enqueued_at, vt, message FROM pgmq.read(%s::text, 30, %s)"
@@ -242,8 +197,9 @@ def pgmq_work(dsn: str, concurrency: int) -> None:
 # default REPEATABLE READ a claim locks the purge-pending entries at the ready range's head (10 rows:
 # 381 jobs/s no-op; 100: lock table full). READ COMMITTED, no-op / 10 ms jobs, jobs/s: 10 rows
 # 1,052 / 2,394, 50 rows 1,833 / 2,748, 100 rows 3,032 / 2,650, 200 rows 3,615 / 2,321.
-HAND_BATCH = 100
-HAND_ISOLATION = "READ COMMITTED"
+HAND_BATCH, HAND_ISOLATION = 100, "READ COMMITTED"
+HAND_CLAIM = f"SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id LIMIT {HAND_BATCH} FOR UPDATE SKIP LOCKED"
+HAND_LEASE = "UPDATE job SET run_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, token = UUID() WHERE id IN ({})"
 
 
 def handrolled_enqueue(dsn: str, jobs: int) -> None:
@@ -254,23 +210,16 @@ def handrolled_enqueue(dsn: str, jobs: int) -> None:
 
 
 def handrolled_work(dsn: str, concurrency: int) -> None:
-    """In one transaction take up to HAND_BATCH ready rows (FOR UPDATE SKIP LOCKED) and lease them
-    (run_at + 30 s, a token), commit; delete them in one statement."""
+    """Up to HAND_BATCH ready rows claimed and leased in a transaction (HAND_CLAIM), deleted in one."""
     conns = [common.raw_connect("mysql", dsn, autocommit=False) for _ in range(concurrency)]
     for conn in conns:
         conn.cursor().execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {HAND_ISOLATION}")
 
     def claim(conn) -> list:
         cur = conn.cursor()
-        cur.execute(
-            "SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id "
-            f"LIMIT {HAND_BATCH} FOR UPDATE SKIP LOCKED"
-        )
-        ids = [row[0] for row in cur.fetchall()]
-        if ids:
-            marks = ", ".join(["%s"] * len(ids))
-            lease = "run_at = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, token = UUID()"
-            cur.execute(f"UPDATE job SET {lease} WHERE id IN ({marks})", ids)
+        cur.execute(HAND_CLAIM)
+        if ids := [row[0] for row in cur.fetchall()]:
+            cur.execute(HAND_LEASE.format(", ".join(["%s"] * len(ids))), ids)
         conn.commit()
         return ids
 
@@ -285,13 +234,14 @@ def pyqueue_install(dsn: str) -> None:
     """The queue, with the feature of $BENCH_FEATURE (bench/burndown.py --features) set on it."""
     common.install_pyqueue(dsn, queue=QUEUE)
     with pyqueue_sql.connect(dsn) as db:
-        common.set_feature(db.queue(QUEUE), os.environ.get("BENCH_FEATURE", "plain"))
+        common.FEATURES[os.environ.get("BENCH_FEATURE", "plain")](db.queue(QUEUE))
 
 
 def pyqueue_enqueue(dsn: str, jobs: int) -> None:
     common.push_jobs(dsn, jobs, queue=QUEUE, feature=os.environ.get("BENCH_FEATURE", "plain"))
 
 
+ACTIONS = ("install", "enqueue", "work")
 SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency))
     "pyqueue-async": (pyqueue_install, pyqueue_enqueue, functools.partial(pyqueue_work, threads=False)),
     "pyqueue-threads": (pyqueue_install, pyqueue_enqueue, pyqueue_work),
@@ -299,8 +249,8 @@ SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency))
     "pyqueue-tasks": (pyqueue_install, pyqueue_enqueue, None),
     "pyqueue-batch": (pyqueue_install, pyqueue_enqueue, None),
     "pgqueuer": (lambda dsn: PGQueuer("postgresql").setup(dsn), pgqueuer_enqueue, pgqueuer_work),
-    "procrastinate": (procrastinate_install, procrastinate_enqueue, procrastinate_work),
-    "awa": (awa_install, awa_enqueue, awa_work),
+    "procrastinate": tuple(functools.partial(procrastinate_run, action) for action in ACTIONS),
+    "awa": tuple(functools.partial(awa_run, action) for action in ACTIONS),
     "pgmq": (functools.partial(common.install_pgmq, queue=QUEUE), pgmq_enqueue, pgmq_work),
     # the hand-rolled queue's table of `routines`
     "handrolled": (lambda dsn: HandRolled("mysql").setup(dsn), handrolled_enqueue, handrolled_work),
@@ -310,7 +260,7 @@ SYSTEMS = {  # name: (install(dsn), enqueue(dsn, jobs), work(dsn, concurrency))
 def main() -> None:
     global SLEEP_S
     ap = common.parser(__doc__, ("--concurrency", 16, ""), ("--sleep-ms", 0.0, ""))
-    ap.add_argument("action", choices=("install", "enqueue", "work"))
+    ap.add_argument("action", choices=ACTIONS)
     ap.add_argument("system", choices=sorted(SYSTEMS))
     ap.add_argument("dsn")
     ap.add_argument("jobs", type=int, nargs="?", default=0)
