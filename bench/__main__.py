@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runpy.run_module(f"bench.{SUITES[name].module}", run_name="__main__", alter_sys=True)
     except SystemExit as end:
+        if isinstance(end.code, str):
+            sys.stderr.write(end.code + "\n")  # a suite's one-line refusal, as sys.exit(text) prints it
         return end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
     return 0
 

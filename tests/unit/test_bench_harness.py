@@ -114,3 +114,19 @@ def test_a_suite_option_takes_its_default_s_type():
     args = ap.parse_args(["--rounds", "5", "--cap", "2", "--quick"])
     assert (args.rounds, args.cap, args.out, args.quick) == (5, 2.0, None, True)
     assert type(args.cap) is float
+
+
+def test_every_mutant_still_finds_its_text_once():
+    """A routine's rewrite must carry its mutants along: `bench mutants` refuses a file whose
+    mutant text no longer occurs exactly once in its routine file."""
+    from bench import mutants
+
+    assert len(mutants.load(ROOT / "bench" / "mutants.jsonl")) > 100
+
+
+def test_a_suite_s_refusal_is_printed(tmp_path, capsys):
+    """A suite that stops with a message (sys.exit(text)) prints it under the entry too."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"file": "sql/none.sql", "find": "x", "replace": "y"}\n')
+    assert main(["mutants", "--file", str(bad)]) == 1
+    assert "bad.jsonl:1: no file sql/none.sql" in capsys.readouterr().err
