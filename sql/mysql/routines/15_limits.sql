@@ -199,10 +199,10 @@ END //
 -- general way moves those). The limited kind (out_kind): a plain read for a free slot first (none: out_free '[]',
 -- no slot lock waited for, as pyqueue__limited_admit), else its slot rows FOR UPDATE in one statement, then a read of
 -- its free slots (pyqueue__limit_take's test: no take of the kind is in progress elsewhere, every holder that took
--- one has committed): out_free, up to in_n slot numbers in order. The queue-wide rate: up to in_n free units, each
--- locked by its key FOR UPDATE SKIP LOCKED, from the session's list of least recently used units
--- (pyqueue__rate_pick's, read again once when it runs short): out_units; out_rest what stays on the list.
--- out_free / out_units NULL: no limit / no queue-wide rate. Locks: those rows, until the transaction ends.
+-- one has committed): out_free, up to in_n slot numbers in order. The queue-wide rate: up to in_n free units, read
+-- by the primary key from the one after the session took last (@pyqueue__rate_next_key: database and queue;
+-- @pyqueue__rate_next), then from the first, FOR UPDATE SKIP LOCKED (a unit another call holds counts as used;
+-- which free unit a reservation takes does not matter): out_units. out_free / out_units NULL: no limit / no queue-wide rate. Locks: those rows, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__limited_allowance //
 CREATE PROCEDURE pyqueue__limited_allowance(
     IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -211,15 +211,13 @@ CREATE PROCEDURE pyqueue__limited_allowance(
     OUT out_ok    INT,
     OUT out_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     OUT out_free  LONGTEXT CHARACTER SET utf8mb4,
-    OUT out_units LONGTEXT CHARACTER SET utf8mb4,
-    OUT out_rest  LONGTEXT CHARACTER SET utf8mb4)
+    OUT out_units LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_nlim, v_cap, v_nkr, v_free, v_beyond, v_got, v_read INT DEFAULT 0;
+    DECLARE v_nlim, v_cap, v_nkr, v_free, v_beyond, v_got, v_next, v_last INT DEFAULT 0;
     DECLARE v_per BIGINT;
-    DECLARE v_walk INT DEFAULT GREATEST(256, in_n);
-    DECLARE v_key, v_more LONGTEXT CHARACTER SET utf8mb4;
-    SET out_ok = 0, out_kind = NULL, out_free = NULL, out_units = NULL, out_rest = NULL;
+    DECLARE v_key LONGTEXT CHARACTER SET utf8mb4;
+    SET out_ok = 0, out_kind = NULL, out_free = NULL, out_units = NULL;
     SELECT COUNT(*), MAX(l.p_kind), MAX(l.capacity) INTO v_nlim, out_kind, v_cap
       FROM pyqueue_limit l WHERE l.queue_name = in_queue LOCK IN SHARE MODE;
     SELECT COALESCE(SUM(r.p_kind <> ''), 0), MAX(IF(r.p_kind = '', r.per_us, NULL)) INTO v_nkr, v_per
@@ -270,38 +268,30 @@ BEGIN
         END IF;
     END IF;
     IF out_ok = 1 AND v_per IS NOT NULL THEN
+        -- the units after the one the session took last, then from the first, by the primary key: a unit's time is
+        -- written in place there (a walk of the used_at index steps over the entries every write left until purge)
         SET v_key = CONCAT_WS(CHAR(31), DATABASE(), in_queue, '');
-        SET out_rest = IF(@pyqueue__rate_wide_key = v_key, @pyqueue__rate_wide_units, NULL), out_units = '[]';
-        units: LOOP
-            -- the first units of the list still free, locked by key (a unit another call holds counts as used)
-            SELECT COUNT(*), COALESCE(JSON_ARRAYAGG(u.slot_no), '[]') INTO v_got, v_more
-              FROM (SELECT s.slot_no
-                      FROM JSON_TABLE(COALESCE(out_rest, '[]'), '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
-                      STRAIGHT_JOIN pyqueue_rate_slot s FORCE INDEX (PRIMARY)
-                        ON s.queue_name = in_queue AND s.p_kind = '' AND s.slot_no = j.u
-                     WHERE j.o <= in_n - JSON_LENGTH(out_units)
+        SET v_next = IF(@pyqueue__rate_next_key = v_key, COALESCE(@pyqueue__rate_next, 0), 0), v_got = in_n;
+        SELECT COALESCE(JSON_ARRAYAGG(u.slot_no ORDER BY u.slot_no), '[]'), MAX(u.slot_no) INTO out_units, v_last
+          FROM (SELECT s.slot_no FROM pyqueue_rate_slot s FORCE INDEX (PRIMARY)
+                 WHERE s.queue_name = in_queue AND s.p_kind = '' AND s.slot_no > v_next
+                   AND (s.used_at IS NULL OR s.used_at <= in_now - INTERVAL v_per MICROSECOND)
+                 ORDER BY s.slot_no
+                 LIMIT v_got
+                   FOR UPDATE SKIP LOCKED) AS u;
+        SET v_got = in_n - JSON_LENGTH(out_units);
+        IF v_got > 0 AND v_next > 0 THEN
+            SELECT JSON_MERGE_PRESERVE(out_units, COALESCE(JSON_ARRAYAGG(u.slot_no ORDER BY u.slot_no), '[]')),
+                   COALESCE(MAX(u.slot_no), v_last)
+              INTO out_units, v_last
+              FROM (SELECT s.slot_no FROM pyqueue_rate_slot s FORCE INDEX (PRIMARY)
+                     WHERE s.queue_name = in_queue AND s.p_kind = '' AND s.slot_no <= v_next
                        AND (s.used_at IS NULL OR s.used_at <= in_now - INTERVAL v_per MICROSECOND)
-                     LIMIT 18446744073709551615
+                     ORDER BY s.slot_no
+                     LIMIT v_got
                        FOR UPDATE SKIP LOCKED) AS u;
-            SELECT COALESCE(JSON_ARRAYAGG(j.u ORDER BY j.o), '[]') INTO out_rest
-              FROM JSON_TABLE(COALESCE(out_rest, '[]'), '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
-             WHERE j.o > in_n - JSON_LENGTH(out_units);
-            SET out_units = JSON_MERGE_PRESERVE(out_units, v_more);
-            IF JSON_LENGTH(out_units) >= in_n OR v_read = 1 THEN LEAVE units; END IF;
-            IF JSON_LENGTH(out_rest) = 0 THEN  -- the list ran short: read it again, once (not the units held here)
-                SET v_read = 1;
-                SELECT COALESCE(JSON_ARRAYAGG(u.slot_no), '[]') INTO out_rest
-                  FROM (SELECT s.slot_no
-                          FROM pyqueue_rate_slot s FORCE INDEX (pyqueue_rate_slot_used_idx)
-                         WHERE s.queue_name = in_queue AND s.p_kind = ''
-                           AND (s.used_at IS NULL OR s.used_at <= in_now - INTERVAL v_per MICROSECOND)
-                           AND NOT JSON_CONTAINS(out_units, CAST(s.slot_no AS CHAR))
-                         ORDER BY s.used_at
-                         LIMIT v_walk) u;
-                IF JSON_LENGTH(out_rest) = 0 THEN LEAVE units; END IF;
-            END IF;
-        END LOOP;
-        SET @pyqueue__rate_wide_key = v_key, @pyqueue__rate_wide_units = out_rest;
+        END IF;
+        SET @pyqueue__rate_next_key = v_key, @pyqueue__rate_next = COALESCE(v_last, 0);
     END IF;
 END //
 
@@ -313,11 +303,16 @@ END //
 -- hand-outs, never too many), each page locked by id FOR UPDATE SKIP LOCKED re-checking each on its newest version;
 -- then ONE UPDATE claims them (pyqueue__claim_short_batch's tokens from in_secret), ONE gives the claims of the
 -- limited kind their slots (msg_attempts as claimed, msg_until the lease's end) and ONE writes the units used with
--- the reservation's time; the units locked and not used go back to the front of the session's list. out_ids and
+-- the reservation's time (those locked and not used stay as they were). out_ids and
 -- out_count as pyqueue__claim_short_batch's; NULL, with nothing claimed, when the short way does not cover the call
 -- (pyqueue__limited_allowance's cases; a message below priority 0; a candidate due for dead-lettering or past its
--- pyqueue.expires_at header): the caller rolls back and goes the general way (pyqueue__reserve_limited). Needs a
--- group_concat_max_len of 20 * in_n + 2. Locks: the limit and rate rows (shared), the slot rows of the limited kind
+-- pyqueue.expires_at header): the caller rolls back and goes the general way (pyqueue__reserve_limited). Once the
+-- limited kind's slots are used, the rest of the walk reads every ready row for another kind's (no index has the
+-- kind): a read to the end that found none left the session a mark (@pyqueue__full_key: database, queue and kind;
+-- _at: the time read up to), and such walks start from it, from the start again once @pyqueue__full_until has
+-- passed (20 times what that read from the start took, at most 60 s): a message of another kind that lands before
+-- the mark (a run_at in the past, a push committed late, a claim given back) or passes its expiry there waits for
+-- that read, as with @pyqueue__ready_queue. Needs a group_concat_max_len of 20 * in_n + 2. Locks: the limit and rate rows (shared), the slot rows of the limited kind
 -- and the units taken, the claimed rows, until the caller's transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__claim_limited_batch //
 CREATE PROCEDURE pyqueue__claim_limited_batch(
@@ -343,18 +338,27 @@ BEGIN
     DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
         DEFAULT DATE_FORMAT(v_now, '%Y-%m-%dT%H:%i:%s.%fZ');
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_free, v_unit_list, v_rest, v_cand, v_ids, v_lids LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_lim_ids LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
+    DECLARE v_full, v_marked BOOLEAN DEFAULT FALSE;
+    DECLARE v_t0 DATETIME(6);
+    DECLARE v_mkey LONGTEXT CHARACTER SET utf8mb4;
     SET out_ids = '', out_count = 0;
     SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND;
-    CALL pyqueue__limited_allowance(in_queue, in_n, v_now, v_ok, v_kind, v_free, v_unit_list, v_rest);
+    CALL pyqueue__limited_allowance(in_queue, in_n, v_now, v_ok, v_kind, v_free, v_unit_list);
+    SET v_mkey = CONCAT_WS(CHAR(31), DATABASE(), in_queue, v_kind);
     IF v_ok = 0 THEN
         SET out_ids = NULL, out_count = NULL;
     END IF;
     SET v_slots = COALESCE(JSON_LENGTH(v_free), in_n), v_units = COALESCE(JSON_LENGTH(v_unit_list), in_n);
     pages: WHILE v_ok = 1 DO
-        SET v_k = LEAST(in_n, v_units) - out_count;
+        SET v_k = LEAST(in_n, v_units) - out_count, v_full = v_kind IS NOT NULL AND v_lused >= v_slots,
+            v_t0 = UTC_TIMESTAMP(6);
         IF v_k <= 0 THEN LEAVE pages; END IF;
+        IF v_full AND @pyqueue__full_key = v_mkey AND @pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND
+           AND (v_at IS NULL OR v_at < @pyqueue__full_at) THEN
+            SET v_at = @pyqueue__full_at, v_id = 9223372036854775807, v_marked = TRUE;  -- from the mark (see above)
+        END IF;
         -- a page in FIFO order (the limited kind left out once its slots are used), its ids as allowed: the limited
         -- kind's past the slots left dropped
         SELECT COUNT(*), MAX(w.scheduled_at),
@@ -376,6 +380,13 @@ BEGIN
                         HAVING v_lused < v_slots OR NOT lim OR due  -- (a full kind's, only one due: the general way)
                          ORDER BY m.priority, m.scheduled_at, m.id
                          LIMIT v_k) AS d) AS w;
+        IF v_full AND NOT v_below AND v_got < v_k THEN  -- read to the end: up to v_now none but the full kind's left
+            IF NOT v_marked THEN  -- (read from the start)
+                SET @pyqueue__full_until = UTC_TIMESTAMP(6) + INTERVAL LEAST(60000000,
+                        20 * TIMESTAMPDIFF(MICROSECOND, v_t0, UTC_TIMESTAMP(6))) MICROSECOND;
+            END IF;
+            SET @pyqueue__full_key = v_mkey, @pyqueue__full_at = v_now;
+        END IF;
         IF v_below OR v_got = 0 THEN LEAVE pages; END IF;  -- (v_below: also a candidate due for ending, below)
         IF v_cand IS NOT NULL THEN
             SELECT COUNT(*), COALESCE(SUM(c.lim), 0), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ','),
@@ -424,11 +435,6 @@ BEGIN
                SET s.used_at = v_now
              WHERE j.o <= out_count;
         END IF;
-    END IF;
-    IF v_unit_list IS NOT NULL THEN  -- the units locked and not used: first on the session's list again
-        SELECT JSON_MERGE_PRESERVE(COALESCE(JSON_ARRAYAGG(j.u ORDER BY j.o), '[]'), v_rest) INTO @pyqueue__rate_wide_units
-          FROM JSON_TABLE(v_unit_list, '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
-         WHERE j.o > COALESCE(out_count, 0);
     END IF;
 END //
 
