@@ -102,16 +102,16 @@ PG_BUFFERS_PER_MESSAGE = {
 # MariaDB: rows read by the storage engine's handlers (Handler_read_*), a message reserved, the fewest
 # of three reserves. Alone on a quiet server: plain about 13; ten priorities about 20 (a step a
 # priority); a limit about 27 (its slots and their holders read once a call; about 80 while each
-# candidate's take read them); a rate about 42 (a list of its free units kept by the session, those
-# needed taken by their keys at once: a walk of the used_at index for each unit read the entries the
-# units taken before had left, about 180 rows a message). InnoDB's handlers also step over the index entries that purge, running behind on a
-# busy server, has not removed yet: up to 3 to 5 times those figures were seen with the suite and a
-# bench beside it. So these budgets are about 3 times the quiet figures: they catch a read of the
+# candidate's take read them); a rate about 25 (the free units after the session's last one, read by
+# the primary key at once: a walk of the used_at index for each unit read the entries the units taken
+# before had left, about 180 rows a message). InnoDB's handlers also step over the index entries
+# that purge, running behind on a busy server, has not removed yet: up to 3 to 5 times those figures
+# were seen with the suite and a bench beside it. So these budgets are about 3 times the quiet figures: they catch a read of the
 # whole backlog a message, not a few rows more.
 MY_ROWS_PER_MESSAGE = {
     "plain": 45,
     "limit": 100,
-    "rate": 150,
+    "rate": 100,
     "groups": 60,
     "history": 45,
     "results": 45,
@@ -120,14 +120,14 @@ MY_ROWS_PER_MESSAGE = {
 
 # MariaDB: statements run (the session's Com_* counters, the procedures' own included; not Queries,
 # which counts the whole server's), a message reserved, the fewest of three reserves. Set-based, a
-# reserve of 64 runs about 17 statements whatever it finds: plain 0.27 a message, ten priorities 0.41
-# (a step a priority); a limit 0.31 and a rate 0.39 (their slots and units read and locked once a
+# reserve of 64 runs 17 to 20 statements whatever it finds: plain 0.27 a message, ten priorities 0.41
+# (a step a priority); a limit 0.31 and a rate 0.31 (their slots and units read and locked once a
 # call, written by one statement each), where one candidate at a time ran 12 a message. A statement a
 # message (a loop over the candidates) fails here.
 MY_STATEMENTS_PER_MESSAGE = {
     "plain": 0.6,
     "limit": 0.6,
-    "rate": 0.8,
+    "rate": 0.6,
     "groups": 0.6,
     "history": 0.6,
     "results": 0.6,
