@@ -1350,11 +1350,12 @@ END //
 -- too; the cost follows in_n and the ready rows. In autocommit mode one message of a queue without limits whose
 -- messages have priority 0 (or less) is claimed here, in a few statements (see below); so is a batch of up to 5000
 -- from such a queue whose messages all have priority 0 (pyqueue__claim_short_batch: ids read plainly, then locked
--- and claimed by id, in a transaction of its own at READ COMMITTED). A queue with limits goes one candidate at a time
--- (pyqueue__reserve_limited). In autocommit mode the claims of a batch are one transaction of their own (see
--- pyqueue__reserve); interrupted, nothing of it stays. Locks: the claimed rows, for one statement (a batch in autocommit:
--- until the call ends; or until the caller's transaction ends). In a REPEATABLE READ
--- transaction that already read pyqueue_message, messages pushed since then wait for the next transaction.
+-- and claimed by id, in a transaction of its own at READ COMMITTED). With one limit or a queue-wide rate: the same,
+-- set-based (pyqueue__claim_limited_batch); else with limits one candidate at a time (pyqueue__reserve_limited). In
+-- autocommit mode the claims of a batch are one transaction of their own (see pyqueue__reserve); interrupted, nothing
+-- of it stays. Locks: the claimed rows, for one statement (a batch in autocommit: until the call ends; or until the
+-- caller's transaction ends). In a REPEATABLE READ transaction that already read pyqueue_message, messages pushed since
+-- then wait for the next transaction.
 DROP PROCEDURE IF EXISTS queue_reserve //
 CREATE PROCEDURE queue_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1436,8 +1437,8 @@ BEGIN
              WHERE m.id = v_id AND m.reserve_token = v_token;
         END IF;
     END IF;
-    IF v_own = 1 AND v_checked IS NULL AND in_n BETWEEN 2 AND 5000 AND NOT v_paused AND NOT v_limited
-       AND NOT v_above THEN
+    IF v_own = 1 AND v_checked IS NULL AND COALESCE(in_n, 1) BETWEEN 2 - v_limited AND 5000 AND NOT v_paused
+       AND NOT v_above THEN  -- (with limits or rates, from 1: pyqueue__claim_limited_batch)
         -- A batch in autocommit mode from a queue whose messages have priority 0, the same way in a few statements
         -- (pyqueue__claim_short_batch: a plain read of the oldest ready ids, a locking read of them by id, one UPDATE
         -- by id; the general way reads the candidates with all it re-checks as JSON, claims them by one UPDATE joined
@@ -1462,8 +1463,12 @@ BEGIN
             CALL pyqueue__random_token(v_secret);
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
             START TRANSACTION;
-            CALL pyqueue__claim_short_batch(v_queue, in_worker, in_n, in_timeout, v_vis, v_max, v_secret, v_ids,
-                                            v_claims);
+            IF v_limited THEN
+                CALL pyqueue__claim_limited_batch(v_queue, in_worker, COALESCE(in_n, 1), in_timeout, v_vis, v_max,
+                                                  v_secret, v_ids, v_claims);
+            ELSE CALL pyqueue__claim_short_batch(v_queue, in_worker, in_n, in_timeout, v_vis, v_max, v_secret, v_ids,
+                                                 v_claims);
+            END IF;
             IF v_claims IS NULL THEN ROLLBACK; ELSE COMMIT; END IF;
             IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;
         END;

@@ -192,6 +192,252 @@ BEGIN
      WHERE r.queue_name = in_queue AND r.p_kind = in_kind;
 END //
 
+-- pyqueue__limited_allowance: what a batch reserve of in_n on a queue with limits or rates may take, for
+-- pyqueue__claim_limited_batch, inside its transaction at READ COMMITTED: the queue's limit rows (shared) and rate
+-- rows (shared) first, as pyqueue__reserve_limited; out_ok = 0 (nothing locked beyond them) when the short way does
+-- not cover the queue: more than one limited kind, a kind's rate, or a live holder beyond a lowered capacity (the
+-- general way moves those). The limited kind (out_kind): a plain read for a free slot first (none: out_free '[]',
+-- no slot lock waited for, as pyqueue__limited_admit), else its slot rows FOR UPDATE in one statement, then a read of
+-- its free slots (pyqueue__limit_take's test: no take of the kind is in progress elsewhere, every holder that took
+-- one has committed): out_free, up to in_n slot numbers in order. The queue-wide rate: up to in_n free units, read
+-- by the primary key from the one after the session took last (@pyqueue__rate_next_key: database and queue;
+-- @pyqueue__rate_next), then from the first, FOR UPDATE SKIP LOCKED (a unit another call holds counts as used;
+-- which free unit a reservation takes does not matter): out_units. out_free / out_units NULL: no limit / no queue-wide rate. Locks: those rows, until the transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__limited_allowance //
+CREATE PROCEDURE pyqueue__limited_allowance(
+    IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_n      INT,
+    IN  in_now    DATETIME(6),
+    OUT out_ok    INT,
+    OUT out_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_free  LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_units LONGTEXT CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_nlim, v_cap, v_nkr, v_free, v_beyond, v_got, v_next, v_last INT DEFAULT 0;
+    DECLARE v_per BIGINT;
+    DECLARE v_key LONGTEXT CHARACTER SET utf8mb4;
+    SET out_ok = 0, out_kind = NULL, out_free = NULL, out_units = NULL;
+    SELECT COUNT(*), MAX(l.p_kind), MAX(l.capacity) INTO v_nlim, out_kind, v_cap
+      FROM pyqueue_limit l WHERE l.queue_name = in_queue LOCK IN SHARE MODE;
+    SELECT COALESCE(SUM(r.p_kind <> ''), 0), MAX(IF(r.p_kind = '', r.per_us, NULL)) INTO v_nkr, v_per
+      FROM pyqueue_rate r WHERE r.queue_name = in_queue LOCK IN SHARE MODE;
+    IF v_nlim > 1 OR v_nkr > 0 THEN
+        SET out_kind = NULL;
+    ELSE
+        SET out_ok = 1;
+    END IF;
+    IF out_ok = 1 AND v_nlim = 1 THEN
+        SET out_free = '[]';
+        SELECT COUNT(*) INTO v_free  -- (a SELECT: a consistent read, no lock waited for)
+          FROM (SELECT 1 FROM pyqueue_limit_slot s
+                 WHERE s.queue_name = in_queue AND s.p_kind = out_kind AND s.slot_no <= v_cap
+                   AND (s.msg_id IS NULL
+                        OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                        WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                          AND ((m.attempts = s.msg_attempts AND m.reserve_token IS NOT NULL
+                                                AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
+                                               OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+                 LIMIT 1) f;
+        IF v_free > 0 THEN
+            SELECT COUNT(*) INTO v_free
+              FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
+             WHERE s.queue_name = in_queue AND s.p_kind = out_kind
+               FOR UPDATE;
+            SELECT COALESCE(JSON_ARRAYAGG(f.slot_no ORDER BY f.slot_no), '[]'),
+                   EXISTS (SELECT 1 FROM pyqueue_limit_slot b
+                            WHERE b.queue_name = in_queue AND b.p_kind = out_kind AND b.slot_no > v_cap
+                              AND EXISTS (SELECT 1 FROM pyqueue_message m
+                                           WHERE m.id = b.msg_id AND m.queue_name = b.queue_name
+                                             AND ((m.attempts = b.msg_attempts AND m.reserve_token IS NOT NULL
+                                                   AND GREATEST(m.scheduled_at, b.msg_until) > in_now)
+                                                  OR (m.attempts = b.msg_attempts - 1 AND b.msg_until > in_now))))
+              INTO out_free, v_beyond
+              FROM (SELECT s.slot_no
+                      FROM pyqueue_limit_slot s
+                     WHERE s.queue_name = in_queue AND s.p_kind = out_kind AND s.slot_no <= v_cap
+                       AND (s.msg_id IS NULL
+                            OR NOT EXISTS (SELECT 1 FROM pyqueue_message m
+                                            WHERE m.id = s.msg_id AND m.queue_name = s.queue_name
+                                              AND ((m.attempts = s.msg_attempts AND m.reserve_token IS NOT NULL
+                                                    AND GREATEST(m.scheduled_at, s.msg_until) > in_now)
+                                                   OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
+                     ORDER BY s.slot_no
+                     LIMIT in_n) f;
+            IF v_beyond THEN SET out_ok = 0; END IF;  -- a live holder beyond the capacity: the general way
+        END IF;
+    END IF;
+    IF out_ok = 1 AND v_per IS NOT NULL THEN
+        -- the units after the one the session took last, then from the first, by the primary key: a unit's time is
+        -- written in place there (a walk of the used_at index steps over the entries every write left until purge)
+        SET v_key = CONCAT_WS(CHAR(31), DATABASE(), in_queue, '');
+        SET v_next = IF(@pyqueue__rate_next_key = v_key, COALESCE(@pyqueue__rate_next, 0), 0), v_got = in_n;
+        SELECT COALESCE(JSON_ARRAYAGG(u.slot_no ORDER BY u.slot_no), '[]'), MAX(u.slot_no) INTO out_units, v_last
+          FROM (SELECT s.slot_no FROM pyqueue_rate_slot s FORCE INDEX (PRIMARY)
+                 WHERE s.queue_name = in_queue AND s.p_kind = '' AND s.slot_no > v_next
+                   AND (s.used_at IS NULL OR s.used_at <= in_now - INTERVAL v_per MICROSECOND)
+                 ORDER BY s.slot_no
+                 LIMIT v_got
+                   FOR UPDATE SKIP LOCKED) AS u;
+        SET v_got = in_n - JSON_LENGTH(out_units);
+        IF v_got > 0 AND v_next > 0 THEN
+            SELECT JSON_MERGE_PRESERVE(out_units, COALESCE(JSON_ARRAYAGG(u.slot_no ORDER BY u.slot_no), '[]')),
+                   COALESCE(MAX(u.slot_no), v_last)
+              INTO out_units, v_last
+              FROM (SELECT s.slot_no FROM pyqueue_rate_slot s FORCE INDEX (PRIMARY)
+                     WHERE s.queue_name = in_queue AND s.p_kind = '' AND s.slot_no <= v_next
+                       AND (s.used_at IS NULL OR s.used_at <= in_now - INTERVAL v_per MICROSECOND)
+                     ORDER BY s.slot_no
+                     LIMIT v_got
+                       FOR UPDATE SKIP LOCKED) AS u;
+        END IF;
+        SET @pyqueue__rate_next_key = v_key, @pyqueue__rate_next = COALESCE(v_last, 0);
+    END IF;
+END //
+
+-- pyqueue__claim_limited_batch: pyqueue__claim_short_batch for a queue with a limit or a queue-wide rate (in_n from 1
+-- to 5000), inside the caller's transaction at READ COMMITTED, set-based instead of one candidate at a time: what the
+-- call may take first (pyqueue__limited_allowance: the free slots of the limited kind, the free units of the rate,
+-- locked), then pages of ready ids of priority 0 read plainly in FIFO order, at most as many as units are left and
+-- of the limited kind at most as many as slots are left (one past them is left ready for a later call: too few
+-- hand-outs, never too many), each page locked by id FOR UPDATE SKIP LOCKED re-checking each on its newest version;
+-- then ONE UPDATE claims them (pyqueue__claim_short_batch's tokens from in_secret), ONE gives the claims of the
+-- limited kind their slots (msg_attempts as claimed, msg_until the lease's end) and ONE writes the units used with
+-- the reservation's time (those locked and not used stay as they were). out_ids and
+-- out_count as pyqueue__claim_short_batch's; NULL, with nothing claimed, when the short way does not cover the call
+-- (pyqueue__limited_allowance's cases; a message below priority 0; a candidate due for dead-lettering or past its
+-- pyqueue.expires_at header): the caller rolls back and goes the general way (pyqueue__reserve_limited). Once the
+-- limited kind's slots are used, the rest of the walk reads every ready row for another kind's (no index has the
+-- kind): a read to the end that found none left the session a mark (@pyqueue__full_key: database, queue and kind;
+-- _at: the time read up to), and such walks start from it, from the start again once @pyqueue__full_until has
+-- passed (20 times what that read from the start took, at most 60 s): a message of another kind that lands before
+-- the mark (a run_at in the past, a push committed late, a claim given back) or passes its expiry there waits for
+-- that read, as with @pyqueue__ready_queue. Needs a group_concat_max_len of 20 * in_n + 2. Locks: the limit and rate rows (shared), the slot rows of the limited kind
+-- and the units taken, the claimed rows, until the caller's transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__claim_limited_batch //
+CREATE PROCEDURE pyqueue__claim_limited_batch(
+    IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_worker  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_n       INT,
+    IN  in_timeout DECIMAL(20,6),
+    IN  in_vis     DECIMAL(20,6),
+    IN  in_max     INT,
+    IN  in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT out_ids    LONGTEXT CHARACTER SET utf8mb4,
+    OUT out_count  INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+    DECLARE v_until DATETIME(6);
+    DECLARE v_at DATETIME(6) DEFAULT NULL;
+    DECLARE v_id BIGINT DEFAULT NULL;
+    DECLARE v_ok, v_k, v_got, v_held, v_lheld, v_att, v_slots, v_units INT;
+    DECLARE v_lused, v_max_att INT DEFAULT 0;
+    DECLARE v_below BOOLEAN;
+    DECLARE v_exp, v_any_exp BOOLEAN DEFAULT FALSE;
+    DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+        DEFAULT DATE_FORMAT(v_now, '%Y-%m-%dT%H:%i:%s.%fZ');
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_lim_ids LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
+    DECLARE v_full, v_marked BOOLEAN DEFAULT FALSE;
+    DECLARE v_t0 DATETIME(6);
+    DECLARE v_mkey LONGTEXT CHARACTER SET utf8mb4;
+    SET out_ids = '', out_count = 0;
+    SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND;
+    CALL pyqueue__limited_allowance(in_queue, in_n, v_now, v_ok, v_kind, v_free, v_unit_list);
+    SET v_mkey = CONCAT_WS(CHAR(31), DATABASE(), in_queue, v_kind);
+    IF v_ok = 0 THEN
+        SET out_ids = NULL, out_count = NULL;
+    END IF;
+    SET v_slots = COALESCE(JSON_LENGTH(v_free), in_n), v_units = COALESCE(JSON_LENGTH(v_unit_list), in_n);
+    pages: WHILE v_ok = 1 DO
+        SET v_k = LEAST(in_n, v_units) - out_count, v_full = v_kind IS NOT NULL AND v_lused >= v_slots,
+            v_t0 = UTC_TIMESTAMP(6);
+        IF v_k <= 0 THEN LEAVE pages; END IF;
+        IF v_full AND @pyqueue__full_key = v_mkey AND @pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND
+           AND (v_at IS NULL OR v_at < @pyqueue__full_at) THEN
+            SET v_at = @pyqueue__full_at, v_id = 9223372036854775807, v_marked = TRUE;  -- from the mark (see above)
+        END IF;
+        -- a page in FIFO order (the limited kind left out once its slots are used), its ids as allowed: the limited
+        -- kind's past the slots left dropped
+        SELECT COUNT(*), MAX(w.scheduled_at),
+               SUBSTRING_INDEX(GROUP_CONCAT(w.id ORDER BY w.scheduled_at, w.id SEPARATOR ','), ',', -1),
+               GROUP_CONCAT(IF(w.lim AND w.rn > v_slots - v_lused, NULL, w.id) ORDER BY w.scheduled_at, w.id SEPARATOR ','),
+               (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
+                 WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
+               OR COALESCE(MAX(w.due), FALSE)
+          INTO v_got, v_at, v_id, v_cand, v_below
+          FROM (SELECT d.id, d.scheduled_at, d.lim, d.due,
+                       ROW_NUMBER() OVER (PARTITION BY d.lim ORDER BY d.scheduled_at, d.id) AS rn
+                  FROM (SELECT m.id, m.scheduled_at, m.p_kind <=> v_kind AS lim,
+                               (in_max IS NOT NULL AND m.attempts >= in_max)
+                               OR COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                                  AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS due
+                          FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                         WHERE m.queue_name = in_queue AND m.priority = 0 AND m.scheduled_at <= v_now
+                           AND (v_at IS NULL OR m.scheduled_at > v_at OR (m.scheduled_at = v_at AND m.id > v_id))
+                        HAVING v_lused < v_slots OR NOT lim OR due  -- (a full kind's, only one due: the general way)
+                         ORDER BY m.priority, m.scheduled_at, m.id
+                         LIMIT v_k) AS d) AS w;
+        IF v_full AND NOT v_below AND v_got < v_k THEN  -- read to the end: up to v_now none but the full kind's left
+            IF NOT v_marked THEN  -- (read from the start)
+                SET @pyqueue__full_until = UTC_TIMESTAMP(6) + INTERVAL LEAST(60000000,
+                        20 * TIMESTAMPDIFF(MICROSECOND, v_t0, UTC_TIMESTAMP(6))) MICROSECOND;
+            END IF;
+            SET @pyqueue__full_key = v_mkey, @pyqueue__full_at = v_now;
+        END IF;
+        IF v_below OR v_got = 0 THEN LEAVE pages; END IF;  -- (v_below: also a candidate due for ending, below)
+        IF v_cand IS NOT NULL THEN
+            SELECT COUNT(*), COALESCE(SUM(c.lim), 0), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ','),
+                   GROUP_CONCAT(IF(c.lim, c.id, NULL) ORDER BY c.ord SEPARATOR ','), COALESCE(MAX(c.expired), 0)
+              INTO v_held, v_lheld, v_att, v_ids, v_lids, v_exp
+              FROM (SELECT j.ord, x.id, x.attempts, x.p_kind <=> v_kind AS lim,
+                           COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
+                                    AND JSON_UNQUOTE(JSON_EXTRACT(x.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS expired
+                      FROM JSON_TABLE(CONCAT('[', v_cand, ']'), '$[*]' COLUMNS (ord FOR ORDINALITY, c_id BIGINT PATH '$')) AS j
+                      STRAIGHT_JOIN pyqueue_message x FORCE INDEX (PRIMARY) ON x.id = j.c_id
+                     WHERE x.queue_name = in_queue AND x.priority = 0 AND x.scheduled_at <= v_now
+                     LIMIT 18446744073709551615  -- materialised (its rows locked as read)
+                       FOR UPDATE SKIP LOCKED) AS c;
+            IF v_held > 0 THEN
+                SET out_ids = CONCAT(out_ids, IF(out_ids = '', '', ','), v_ids), out_count = out_count + v_held,
+                    v_lim_ids = CONCAT(v_lim_ids, IF(v_lim_ids = '' OR v_lids IS NULL, '', ','), COALESCE(v_lids, '')),
+                    v_lused = v_lused + v_lheld, v_max_att = GREATEST(v_max_att, v_att), v_any_exp = v_any_exp OR v_exp;
+            END IF;
+        END IF;
+        IF v_got < v_k THEN LEAVE pages; END IF;
+    END WHILE;
+    IF v_ok = 1 AND (v_below OR (in_max IS NOT NULL AND v_max_att >= in_max) OR v_any_exp) THEN
+        SET out_ids = NULL, out_count = NULL;
+    ELSEIF v_ok = 1 THEN
+        SET out_ids = CONCAT('[', out_ids, ']'), v_lim_ids = CONCAT('[', v_lim_ids, ']');
+        UPDATE JSON_TABLE(out_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS j
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
+           SET m.scheduled_at = v_until, m.attempts = m.attempts + 1, m.reserved_by = in_worker,
+               m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(in_secret, m.id), 256), 32), 13, 1, '4'),
+                   17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(in_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
+                   9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
+        IF ROW_COUNT() <> out_count THEN SET out_ids = NULL, out_count = NULL; END IF;  -- (never: the rows are locked)
+        IF out_count > 0 AND v_lused > 0 THEN  -- the limited kind's claims take the free slots, in order
+            UPDATE JSON_TABLE(v_lim_ids, '$[*]' COLUMNS (o FOR ORDINALITY, c_id BIGINT PATH '$')) AS c
+              STRAIGHT_JOIN pyqueue_limit_slot s FORCE INDEX (PRIMARY)
+                ON s.queue_name = in_queue AND s.p_kind = v_kind
+               AND s.slot_no = JSON_VALUE(v_free, CONCAT('$[', c.o - 1, ']'))
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+               SET s.msg_id = m.id, s.msg_attempts = m.attempts, s.msg_until = v_until;
+            IF ROW_COUNT() <> v_lused THEN SET out_ids = NULL, out_count = NULL; END IF;  -- (never: slots locked)
+        END IF;
+        IF out_count > 0 AND v_unit_list IS NOT NULL THEN  -- the units used, written with the reservation's time
+            UPDATE JSON_TABLE(v_unit_list, '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
+              STRAIGHT_JOIN pyqueue_rate_slot s FORCE INDEX (PRIMARY)
+                ON s.queue_name = in_queue AND s.p_kind = '' AND s.slot_no = j.u
+               SET s.used_at = v_now
+             WHERE j.o <= out_count;
+        END IF;
+    END IF;
+END //
+
 -- pyqueue__limited_give_back: pyqueue__reserve_limited's claims in_claimed (JSON array of [id, token, scheduled_at,
 -- old token, old reserved_by, attempts as claimed]) go back as they were (a pop's attempts unchanged), with their
 -- limit slots when in_limits. For a failing call outside a transaction of its own. Locks: those rows, for one
