@@ -1342,20 +1342,15 @@ END //
 -- queue_reserve: hands out up to in_n ready messages, highest priority first, FIFO within one; each is invisible to
 -- others until in_timeout (NULL = the queue's visibility_timeout) and carries a fresh random token. in_worker is
 -- recorded; in_kinds NULL = any, else a non-empty JSON array of strings. attempts counts this delivery. A message whose
--- expired reservation was its last allowed delivery is dead-lettered instead (a group head whose group row is busy is
--- left for a later reserve: a reserve never waits). Result: (p_key, p_kind, payload, token, priority, attempts,
--- created_at, scheduled_at_initially, headers), empty when nothing is ready or the queue is paused. Set-based (pyqueue__reserve):
--- candidates read without locks (a locking range scan would lock the next row, gaps and skipped rows), each page
--- claimed by one UPDATE joined to a SKIP LOCKED read by id: a message is never handed out twice, in autocommit mode
--- too; the cost follows in_n and the ready rows. In autocommit mode one message of a queue without limits whose
--- messages have priority 0 (or less) is claimed here, in a few statements (see below); so is a batch of up to 5000
--- from such a queue whose messages all have priority 0 (pyqueue__claim_short_batch: ids read plainly, then locked
--- and claimed by id, in a transaction of its own at READ COMMITTED). With one limit or a queue-wide rate: the same,
--- set-based (pyqueue__claim_limited_batch); else with limits one candidate at a time (pyqueue__reserve_limited). In
--- autocommit mode the claims of a batch are one transaction of their own (see pyqueue__reserve); interrupted, nothing
--- of it stays. Locks: the claimed rows, for one statement (a batch in autocommit: until the call ends; or until the
--- caller's transaction ends). In a REPEATABLE READ transaction that already read pyqueue_message, messages pushed since
--- then wait for the next transaction.
+-- expired reservation was its last allowed delivery is dead-lettered instead (a busy group head is left for a later
+-- reserve: a reserve never waits). Result: (p_key, p_kind, payload, token, priority, attempts, created_at,
+-- scheduled_at_initially, headers), empty when nothing is ready or the queue is paused. Ways (docs/contract/05_reserve.md):
+-- one message of a plain queue in a few statements (below); a batch of up to 5000 at priority 0 by id
+-- (pyqueue__claim_short_batch), with one limit or a queue-wide rate set-based (pyqueue__claim_limited_batch), with other
+-- limits a candidate at a time (pyqueue__reserve_limited), else pages read without locks and each claimed by one UPDATE
+-- joined to a SKIP LOCKED read by id (pyqueue__reserve): never handed out twice. In autocommit mode a batch's claims are
+-- one transaction of their own. Locks: the claimed rows until the call (or the caller's transaction) ends; a REPEATABLE
+-- READ transaction that already read pyqueue_message sees messages pushed since in its next transaction.
 DROP PROCEDURE IF EXISTS queue_reserve //
 CREATE PROCEDURE queue_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
