@@ -308,10 +308,10 @@ class _Installer:
         self.template: str | None = None
         self.reuse = _MySQLReuse(server) if server.dialect == "mysql" else None
 
-    def create(self, tag: str) -> tuple[str, str]:
+    def create(self, tag: str, dropper: _Dropper) -> tuple[str, str]:
         """(name, DSN) of a database with the schema installed, new or emptied."""
         if self.reuse is not None:
-            reused = self.reuse.take()
+            reused = self.reuse.take(lambda name: dropper.drop(self.server, name))
             if reused is not None:
                 return reused
         name = f"pyqueue_t_{tag}_{uuid.uuid4().hex[:10]}"
@@ -436,9 +436,9 @@ class _MySQLReuse:
         self.spare.append(name)
         return True
 
-    def take(self) -> tuple[str, str] | None:
+    def take(self, drop) -> tuple[str, str] | None:
         """A database given back, emptied; None when there is none that only its rows changed in
-        (those are dropped)."""
+        (those are handed to drop(name))."""
         from pyqueue_sql.timetravel import forget
 
         while self.spare:
@@ -461,7 +461,7 @@ class _MySQLReuse:
                         cur.execute("SET SESSION foreign_key_checks = 1")
                     if self._fingerprint(cur) != self.prints[name]:
                         self.prints.pop(name)
-                        self.server.drop(name)
+                        drop(name)
                         continue
                     cur.execute(
                         "SELECT table_name, IFNULL(auto_increment, 0) > 1 FROM information_schema.tables"
@@ -507,7 +507,7 @@ def installed_database(server, _installers, _dropper):
     made = []
 
     def make(tag: str = "db") -> str:
-        name, url = installer.create(tag)
+        name, url = installer.create(tag, _dropper)
         made.append(name)
         return url
 
