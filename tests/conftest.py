@@ -82,8 +82,8 @@ def pytest_configure(config):
 # files not listed follow in pytest's order; the slowest tests themselves go before them all, see
 # _dispatch_order), and the files
 # whose tests share one worker process under pytest-xdist (`--dist loadgroup`): the Spark tests
-# share one SparkSession (a JVM) and the browser tests one Chromium, which each worker would
-# otherwise start for itself.
+# share one SparkSession (a JVM), the browser tests one Chromium, which each worker would
+# otherwise start for itself, and the mypy runs of tests/tasks/test_typing.py one mypy cache.
 SLOWEST_FIRST = tuple(
     f"tests/{path}.py"
     for path in (
@@ -133,7 +133,9 @@ SLOWEST_FIRST = tuple(
         "worker/test_worker_stop_hand_back",
     )
 )
-SHARE_A_WORKER = frozenset({"tests/spark/test_spark.py", "tests/dashboard/test_browser.py"})
+SHARE_A_WORKER = frozenset(
+    {"tests/spark/test_spark.py", "tests/dashboard/test_browser.py", "tests/tasks/test_typing.py"}
+)
 
 
 @pytest.hookimpl(trylast=True)
@@ -294,28 +296,197 @@ def fresh_database(server, _dropper):
 class _Installer:
     """Makes databases with the schema installed, fast: on PostgreSQL a copy of a template database
     migrated once per test process (CREATE DATABASE ... TEMPLATE, about 0.06 s against 0.25 s for
-    migrating), on MySQL/MariaDB, which has no templates, by migrating the new database (the
-    install scripts). Either way the database is what ``migrate.upgrade`` makes of an empty one."""
+    migrating). MySQL/MariaDB has no templates, and migrating there takes 0.7 s on a quiet machine
+    and 5 to 9 s on a loaded one (the DDL of 190 routines and 20 tables, each waiting for the disk):
+    a database a test is done with comes back here, and the next test of the process gets it
+    emptied (_MySQLReuse) unless the test changed more than its rows. Either way the database is
+    what ``migrate.upgrade`` makes of an empty one, but for the message and history ids, which go
+    on from where the earlier test left them."""
 
     def __init__(self, server) -> None:
         self.server = server
         self.template: str | None = None
+        self.reuse = _MySQLReuse(server) if server.dialect == "mysql" else None
 
-    def create(self, name: str) -> str:
+    def create(self, tag: str, dropper: _Dropper) -> tuple[str, str]:
+        """(name, DSN) of a database with the schema installed, new or emptied."""
+        if self.reuse is not None:
+            reused = self.reuse.take(lambda name: dropper.drop(self.server, name))
+            if reused is not None:
+                return reused
+        name = f"pyqueue_t_{tag}_{uuid.uuid4().hex[:10]}"
         if self.server.dialect != "postgresql":
             url = self.server.create(name)
             migrate.upgrade(url)
-            return url
+            if self.reuse is not None:
+                self.reuse.made(name, url)
+            return name, url
         if self.template is None:
             # Per process (xdist runs several): nobody else ever connects to it, so it can be copied.
             template = f"pyqueue_template_{os.getpid()}"
             migrate.upgrade(self.server.create(template))
             self.template = template
-        return self.server.copy(self.template, name)
+        return name, self.server.copy(self.template, name)
+
+    def done(self, name: str, dropper: _Dropper) -> None:
+        """The test that asked for database ``name`` is over."""
+        if self.reuse is None or not self.reuse.give_back(name):
+            dropper.drop(self.server, name)
 
     def close(self) -> None:
         if self.template is not None:
             self.server.drop(self.template)
+        if self.reuse is not None:
+            for name in self.reuse.close():
+                self.server.drop(name)
+
+
+class _MySQLReuse:
+    """The MySQL/MariaDB databases of one test process that tests are done with, for the next test
+    that asks for one: emptied (every table's rows but the two the install filled, the schema's
+    revision and the installed objects' digests), and the tables the test added dropped (an
+    application's, a Django project's), unless the test changed anything else, which
+    the fingerprint read right after the install shows (tables, columns, indexes, constraints,
+    routines with their bodies, views, triggers, events, grants on the database, the rows of those
+    two tables, an id counter moved past 10^9): such a database is dropped, as before. What an
+    emptied one keeps from the earlier test are the ids (message, history) counting on; the
+    counters whose ids a routine answers (worker, ingest) start at 1 again, as in a new one."""
+
+    KEPT = ("pyqueue_alembic_version", "pyqueue_installed")
+    ANSWERED_COUNTERS = ("pyqueue_worker", "queue_ingest", "pyqueue_ingest_reject")
+    FINGERPRINT = (
+        "SELECT"
+        " (SELECT MD5(GROUP_CONCAT(table_name, table_type, IFNULL(engine, ''), IFNULL(table_collation, ''),"
+        "   IFNULL(create_options, ''), IFNULL(auto_increment, 0) > 1000000000 ORDER BY table_name))"
+        "   FROM information_schema.tables WHERE table_schema = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(table_name, column_name, ordinal_position, column_type,"
+        "   IFNULL(column_default, '~'), is_nullable, extra, IFNULL(collation_name, ''),"
+        "   IFNULL(generation_expression, '') ORDER BY table_name, ordinal_position))"
+        "   FROM information_schema.columns WHERE table_schema = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(table_name, index_name, seq_in_index, column_name, non_unique,"
+        "   IFNULL(sub_part, '') ORDER BY table_name, index_name, seq_in_index))"
+        "   FROM information_schema.statistics WHERE table_schema = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(table_name, constraint_name, constraint_type ORDER BY table_name, constraint_name))"
+        "   FROM information_schema.table_constraints WHERE constraint_schema = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(table_name, constraint_name, check_clause ORDER BY table_name, constraint_name))"
+        "   FROM information_schema.check_constraints WHERE constraint_schema = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(routine_type, routine_name, MD5(IFNULL(routine_definition, '')), sql_mode,"
+        "   security_type, definer, sql_data_access, is_deterministic ORDER BY routine_type, routine_name))"
+        "   FROM information_schema.routines WHERE routine_schema = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(specific_name, IFNULL(parameter_name, ''), ordinal_position,"
+        "   IFNULL(parameter_mode, ''), dtd_identifier ORDER BY specific_name, ordinal_position))"
+        "   FROM information_schema.parameters WHERE specific_schema = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(table_name, MD5(view_definition), security_type, definer ORDER BY table_name))"
+        "   FROM information_schema.views WHERE table_schema = DATABASE()),"
+        " (SELECT COUNT(*) FROM information_schema.triggers WHERE trigger_schema = DATABASE()),"
+        " (SELECT COUNT(*) FROM information_schema.events WHERE event_schema = DATABASE()),"
+        " (SELECT CONCAT(default_character_set_name, default_collation_name)"
+        "   FROM information_schema.schemata WHERE schema_name = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(user, host, proc_priv, routine_name ORDER BY user, host, routine_name))"
+        "   FROM mysql.procs_priv WHERE db = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(user, host, table_name, table_priv, column_priv ORDER BY user, host, table_name))"
+        "   FROM mysql.tables_priv WHERE db = DATABASE()),"
+        " (SELECT COUNT(*) FROM mysql.columns_priv WHERE db = DATABASE()),"
+        " (SELECT COUNT(*) FROM mysql.db WHERE db = DATABASE()),"
+        " (SELECT MD5(GROUP_CONCAT(version_num ORDER BY version_num)) FROM pyqueue_alembic_version)"
+    )
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.prints: dict[str, tuple] = {}  # name -> the fingerprint right after the install
+        self.tables: dict[str, set[str]] = {}  # name -> its tables then
+        self.urls: dict[str, str] = {}
+        self.spare: list[str] = []
+
+    def _connect(self, url: str):
+        import pymysql
+
+        from pyqueue_sql.dialects import mysql_connect_args
+
+        return pymysql.connect(**{**mysql_connect_args(url), "autocommit": True})
+
+    def _fingerprint(self, cur) -> tuple:
+        cur.execute("SET SESSION group_concat_max_len = 16777216")
+        cur.execute(self.FINGERPRINT)
+        row = tuple(cur.fetchone())
+        cur.execute("CHECKSUM TABLE pyqueue_installed")
+        return row + (cur.fetchone()[1],)
+
+    @staticmethod
+    def _tables(cur) -> set[str]:
+        cur.execute(
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE'"
+        )
+        return {row[0] for row in cur.fetchall()}
+
+    def made(self, name: str, url: str) -> None:
+        conn = self._connect(url)
+        try:
+            with conn.cursor() as cur:
+                self.prints[name] = self._fingerprint(cur)
+                self.tables[name] = self._tables(cur)
+        finally:
+            conn.close()
+        self.urls[name] = url
+
+    def give_back(self, name: str) -> bool:
+        if name not in self.prints:
+            return False
+        self.spare.append(name)
+        return True
+
+    def take(self, drop) -> tuple[str, str] | None:
+        """A database given back, emptied; None when there is none that only its rows changed in
+        (those are handed to drop(name))."""
+        from pyqueue_sql.timetravel import forget
+
+        while self.spare:
+            name = self.spare.pop()
+            url = self.urls[name]
+            conn = self._connect(url)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(
+                        "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+                    )
+                    for (pid,) in cur.fetchall():  # sessions an earlier test left: as a drop ends them
+                        with contextlib.suppress(Exception):
+                            cur.execute(f"KILL CONNECTION {int(pid)}")
+                    # an application's tables (a test of an app's own models and the queue beside them)
+                    extra = sorted(self._tables(cur) - self.tables[name])
+                    if extra:
+                        cur.execute("SET SESSION foreign_key_checks = 0")
+                        cur.execute("DROP TABLE " + ", ".join(f"`{t}`" for t in extra))
+                        cur.execute("SET SESSION foreign_key_checks = 1")
+                    if self._fingerprint(cur) != self.prints[name]:
+                        self.prints.pop(name)
+                        drop(name)
+                        continue
+                    cur.execute(
+                        "SELECT table_name, IFNULL(auto_increment, 0) > 1 FROM information_schema.tables"
+                        " WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE'"
+                    )
+                    tables = sorted((t, moved) for t, moved in cur.fetchall() if t not in self.KEPT)
+                    cur.execute("SET SESSION foreign_key_checks = 0")
+                    cur.execute("START TRANSACTION")
+                    for table, _ in tables:
+                        cur.execute(f"DELETE FROM `{table}`")
+                    cur.execute("COMMIT")
+                    cur.execute("SET SESSION foreign_key_checks = 1")
+                    for table, moved in tables:
+                        if moved and table in self.ANSWERED_COUNTERS:
+                            cur.execute(f"ALTER TABLE `{table}` AUTO_INCREMENT = 1")
+            finally:
+                conn.close()
+            forget("mysql", name)  # the test clock starts over, as with a new database
+            return name, url
+        return None
+
+    def close(self) -> list[str]:
+        """The databases given back (to drop)."""
+        names, self.spare = self.spare, []
+        return names
 
 
 @pytest.fixture(scope="session")
@@ -329,19 +500,20 @@ def _installers():
 @pytest.fixture
 def installed_database(server, _installers, _dropper):
     """Makes databases with the schema installed (the head revision, as ``migrate.upgrade`` leaves an
-    empty one); drops them afterwards. For tests that need their own database with the schema but do
-    not test migrating itself (those start from ``fresh_database``)."""
+    empty one); drops them afterwards (on MySQL/MariaDB the process's next test of this fixture may
+    get one emptied instead: _Installer). For tests that need their own database with the schema
+    but do not test migrating itself (those start from ``fresh_database``)."""
     installer = _installers.setdefault(server.dialect, _Installer(server))
     made = []
 
     def make(tag: str = "db") -> str:
-        name = f"pyqueue_t_{tag}_{uuid.uuid4().hex[:10]}"
+        name, url = installer.create(tag, _dropper)
         made.append(name)
-        return installer.create(name)
+        return url
 
     yield make
     for name in made:
-        _dropper.drop(server, name)
+        installer.done(name, _dropper)
 
 
 @pytest.fixture(scope="session")

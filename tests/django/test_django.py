@@ -78,12 +78,13 @@ def _migrated_templates(servers):
 
 
 @pytest.fixture
-def migrated_database(server, _migrated_templates, _dropper):
+def migrated_database(server, _migrated_templates, _dropper, installed_database):
     """Makes databases the project's `manage.py migrate` ran on (its Django under test), copied
     from a template database migrated once per test process and Django, without a Django process
     per test (about 1 s of CPU each). PostgreSQL copies it whole (CREATE DATABASE ... TEMPLATE).
-    MySQL/MariaDB has no templates: pyqueue-sql's schema is installed by migrate.upgrade, which is
-    what the app's migrations run (install_schema), and Django's own tables, every table the
+    MySQL/MariaDB has no templates: pyqueue-sql's schema is what the app's migrations run
+    (install_schema), as installed_database makes it (migrate.upgrade, or an earlier test's
+    database emptied, its Django tables dropped), and Django's own tables, every table the
     template has beside that schema's, are copied, and every row the install did not make (SHOW
     CREATE TABLE, INSERT IGNORE ... SELECT). The test of `manage.py migrate` itself starts from an empty database."""
     made: list[str] = []
@@ -96,13 +97,12 @@ def migrated_database(server, _migrated_templates, _dropper):
             _migrated_templates[key] = (server, template)
             _ok(_manage(python, dsn, "migrate", "--no-input"))
         template = _migrated_templates[key][1]
-        name = f"pyqueue_t_django_{uuid.uuid4().hex[:10]}"
-        made.append(name)
         if server.dialect == "postgresql":
+            name = f"pyqueue_t_django_{uuid.uuid4().hex[:10]}"
+            made.append(name)
             return server.copy(template, name)
-        dsn = server.create(name)
-        migrate.upgrade(dsn)
-        _copy_other_tables(server, template, name)
+        dsn = installed_database("django")
+        _copy_other_tables(server, template, dsn.rsplit("/", 1)[1])
         return dsn
 
     yield make

@@ -14,7 +14,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _mypy(tmp_path, *files) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="session")
+def mypy_cache(tmp_path_factory) -> Path:
+    """One mypy cache for this file's runs (tests/conftest.py runs the file in one process): the
+    first run reads the standard library's and the dependencies' stubs, 15-35 s of CPU, and the
+    next reuses them (mypy's incremental mode, which checks what changed). Empty at first, as in
+    a fresh clone."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def _mypy(cache: Path, *files) -> subprocess.CompletedProcess:
     if shutil.which("mypy", path=str(Path(sys.executable).parent)) is None:
         pytest.skip("mypy is not installed (the dev extra has it)")
     return subprocess.run(
@@ -25,7 +34,7 @@ def _mypy(tmp_path, *files) -> subprocess.CompletedProcess:
             "--strict",
             "--explicit-package-bases",
             "--cache-dir",
-            str(tmp_path / "cache"),
+            str(cache),
             *map(str, files),
         ],
         cwd=ROOT,
@@ -39,8 +48,8 @@ def test_py_typed_ships_in_the_package():
     assert (ROOT / "pyqueue_sql" / "py.typed").exists()
 
 
-@pytest.mark.slow  # one mypy run with an empty cache: 15-35 s
-def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong_defer(tmp_path):
+@pytest.mark.slow  # one mypy run, the first with an empty cache: 15-35 s
+def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong_defer(tmp_path, mypy_cache):
     bad = tmp_path / "bad_defer.py"
     bad.write_text(
         "from examples.tasks_app import User, send_welcome\n"
@@ -72,7 +81,7 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
         "reveal_type(app.group([fetch.defer(1)]).results())\n"
     )
     checked = ["pyqueue_sql/tasks", "pyqueue_sql/testing.py", "pyqueue_sql/worker/policy.py"]
-    out = _mypy(tmp_path, *checked, "examples/tasks_app.py", bad, reveal)
+    out = _mypy(mypy_cache, *checked, "examples/tasks_app.py", bad, reveal)
     revealed = [
         re.sub(
             r"pyqueue_sql\.tasks\.(\w+\.)?",
@@ -102,8 +111,8 @@ def test_mypy_strict_passes_on_the_tasks_api_and_the_example_and_rejects_a_wrong
     assert len(errors) == 4, out.stdout
 
 
-@pytest.mark.slow  # one mypy run with an empty cache: 15-35 s
-def test_mypy_checks_a_signature_against_its_task_and_types_what_a_canvas_defers(tmp_path):
+@pytest.mark.slow  # one mypy run, the first with an empty cache: 15-35 s
+def test_mypy_checks_a_signature_against_its_task_and_types_what_a_canvas_defers(tmp_path, mypy_cache):
     """task.s(...) takes the function's arguments, or all but the first (which a chained step gets
     from the step before): anything else is a mypy error; defer() of a signature, chain, chord and
     group is typed by the task the result comes from; the Celery example application is clean."""
@@ -133,7 +142,7 @@ def test_mypy_checks_a_signature_against_its_task_and_types_what_a_canvas_defers
         "label.si('sum')\n"
         "add.s(1, 2).set(priority='high')\n"
     )
-    out = _mypy(tmp_path, "examples/celery_app.py", canvas)
+    out = _mypy(mypy_cache, "examples/celery_app.py", canvas)
     revealed = [
         re.sub(
             r"pyqueue_sql\.tasks\.(\w+\.)?",
