@@ -338,6 +338,9 @@ class ReserveLoop:
         held = HeldBack(self.state.settles)
         settles = self.state.settles
         short = False  # the last round that got messages got fewer than it asked for
+        took = False  # the last round got messages
+        due_at: float | None = None  # the next scheduled_at the last read of it reported (clock)
+        read_at = float("-inf")  # when it was read (clock)
         while not self.state.stopping.is_set():
             if self.settings.max_jobs is not None and self.state.stats.reserved >= self.settings.max_jobs:
                 yield from self.max_jobs_steps()
@@ -388,19 +391,40 @@ class ReserveLoop:
                 poll = self.settings.poll_min
                 rechecked_due_now = False
                 held.took(got, all_asked=got == asked, capped=capped)
-                if got < asked and short and not held.on:
+                if (
+                    got < asked
+                    and short
+                    and not held.on
+                    and self.state.clock() >= read_at + self.settings.linger
+                ):
                     # Fewer than it asked for twice in a row: a limit may hold the rest back (each
-                    # such reserve reads every message it holds back). One ready now says so.
-                    _, due_now = yield from self.next_due_steps()
+                    # such reserve reads every message it holds back). One ready now says so. Read
+                    # at most once a linger while none is (a steady stream: each round gets fewer).
+                    due, due_now = yield from self.next_due_steps()
+                    read_at = self.state.clock()
+                    due_at = None if due is None else read_at + due
                     if due_now:
+                        read_at = float("-inf")
                         held.start()
                         yield from self.held_wait_steps(held)
                 short = got < asked
+                took = True
                 continue
             yield Hooks(self.on_idle, None)
             # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
             # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
-            due, due_now = yield from self.next_due_steps()
+            now = self.state.clock()
+            if took and now < read_at + self.settings.linger and self.worker.use_listen and not held.on:
+                # Messages taken, the next ones not pushed yet (a steady stream): the next
+                # scheduled_at read less than a linger ago stands, and the wait ends a linger after
+                # that read at the latest (the next empty round reads it again).
+                due, due_now = None if due_at is None else due_at - now, False
+                recheck_at = read_at + self.settings.linger if recheck_at is None else recheck_at
+            else:
+                due, due_now = yield from self.next_due_steps()
+                read_at = float("-inf") if due_now else self.state.clock()
+                due_at = None if due is None else self.state.clock() + due
+            took = False
             if due_now and not rechecked_due_now and not held.on:
                 # A message came due between the empty reserve and this read (its time was
                 # reached while the round ran, and no wakeup comes for that): one more round at
