@@ -1,0 +1,53 @@
+"""Under a steady stream of pushes, the worker does not read the next scheduled_at once a round.
+
+Each round of a stream gets fewer messages than it asks for, and an empty round follows each one;
+both once read queue_next_scheduled_at (a round trip before each wait). It is read at most once a
+linger while nothing is due: counted here, a mechanism the machine's load does not move.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import uuid
+
+from pyqueue_sql import Worker
+from pyqueue_sql.worker.steps import RetriedCall
+
+from ..helpers import wait_for
+from .test_worker import running
+
+PUSHES = 150
+
+
+def test_a_stream_does_not_read_the_next_scheduled_at_each_round(dsn, db, monkeypatch):
+    queue = db.queue(f"t.{uuid.uuid4().hex[:12]}").create()
+    calls: collections.Counter = collections.Counter()
+    call = RetriedCall.__call__
+
+    def counted(self, target):
+        calls[self.method] += 1
+        return call(self, target)
+
+    monkeypatch.setattr(RetriedCall, "__call__", counted)
+    done = []
+    lock = threading.Lock()
+
+    def handle(job):
+        with lock:
+            done.append(job.key)
+
+    worker = Worker(dsn, concurrency=16, register=False)
+    worker.add_handler(queue.name, handle)
+    with running(worker):
+        wait_for(lambda: worker.stats.reserved == 0 and calls["next_scheduled_at"] > 0, 30, "the worker idle")
+        before = calls["next_scheduled_at"]
+        for i in range(PUSHES):
+            queue.push(f"k{i}", "noop", {})
+            time.sleep(0.005)
+        wait_for(lambda: len(done) >= PUSHES, 30, f"{PUSHES} jobs handled")
+        reads = calls["next_scheduled_at"] - before
+    # once a round of messages on PostgreSQL: about 1 a push; at most once a linger (0.1 s), and
+    # after an empty round that took nothing before it: about 0.4 a push
+    assert reads <= 0.6 * PUSHES, (reads, dict(calls))
