@@ -18,6 +18,7 @@ READ_ONLY = frozenset(
         "queue_dead_letters",
         "queue_groups",
         "queue_horizon",
+        "queue_kind_stats",
         "queue_limits",
         "queue_message",
         "queue_message_history",
