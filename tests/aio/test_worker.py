@@ -9,6 +9,7 @@ tests/worker/test_worker.py and tests/faults/test_faults.py parametrize them by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 
@@ -130,14 +131,6 @@ def test_no_more_than_concurrency_handlers_run_at_once(dsn, queue):
     assert peak == 4
 
 
-async def _all_started(started: list[str], n: int) -> None:
-    """Waits (up to 5 s) until n handlers have started, so that they finish together."""
-    for _ in range(500):
-        if len(started) >= n:
-            return
-        await asyncio.sleep(0.01)
-
-
 def test_successes_that_finish_together_are_committed_together(dsn, queue):
     """Eight handlers finish at once on one shared connection: their commits go in a few batch
     calls (each with the next messages reserved), not one call per message; each message once."""
@@ -147,11 +140,20 @@ def test_successes_that_finish_together_are_committed_together(dsn, queue):
         dsn, concurrency=8, connections=1, poll_fallback=0.5, register=False, commit_reserve=True
     )
 
+    rounds: dict[int, asyncio.Event] = {}
+
     @worker.handler(queue.name)
     async def handle(job):
+        # The eight of a round wake from one event in one turn of the loop and end there: their
+        # completions are all queued before the connection's next call (a poll every 10 ms let them
+        # end up to 10 ms apart, and some went alone, as the worker rightly does for a lone one).
         started.append(job.key)
-        await _all_started(started, 8 * (1 + (len(started) - 1) // 8))
-        await asyncio.sleep(0.05)
+        round_ = (len(started) - 1) // 8
+        event = rounds.setdefault(round_, asyncio.Event())
+        if len(started) == 8 * (round_ + 1):
+            event.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), 5)
         seen.append(job.key)
 
     messages = 40
