@@ -3,6 +3,8 @@ interleaved, ratios to the best peer within each round. Commands and method: ben
 
 from __future__ import annotations
 
+import bisect
+import compileall
 import contextlib
 import importlib.util
 import itertools
@@ -18,31 +20,23 @@ import threading
 import time
 from dataclasses import dataclass
 
+import pyqueue_sql
 from bench import common
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 PEERS = os.path.join(HERE, "peers")
-PY_WORKERS = os.path.join(PEERS, "py_workers.py")
-NODE_WORKERS = os.path.join(PEERS, "node_workers.mjs")
-OBAN_WORKER = os.path.join(PEERS, "oban_worker.py")
-OBAN_PYTHON = os.path.join(PEERS, ".venv-oban", "bin", "python")
-OBAN_CLI = os.path.join(PEERS, ".venv-oban", "bin", "oban")
-
-PROCESSES = 2
-BATCH = [100]  # the batch task's size (--batch)
-CONCURRENCY = 16
-POLL = 0.02
+PY_WORKERS, NODE_WORKERS, OBAN_WORKER = (
+    os.path.join(PEERS, f) for f in ("py_workers.py", "node_workers.mjs", "oban_worker.py")
+)
+OBAN_PYTHON, OBAN_CLI = (os.path.join(PEERS, ".venv-oban", "bin", f) for f in ("python", "oban"))
+PROCESSES, CONCURRENCY, POLL, BATCH = 2, 16, 0.02, [100]  # processes, handlers each, count's poll, --batch
 STATES = ("fresh", "churned")
 COLUMNS = "cpu_us_per_job server_cpu_us_per_job spawn_rate life_cpu_us_per_job spawn_first_job_s".split()
 CLI_TARGETS = {"pyqueue-tasks": "app", "pyqueue-batch": "batch_app"}  # `pyqueue-sql worker`'s; else plain
-
-WORKLOADS = {
-    # name: (jobs, handler sleep in ms, jobs in --quick)
-    "noop": (50_000, 0.0, 5_000),
-    "sleep10": (20_000, 10.0, 2_000),
-}
+WINDOWS = {"rate500": (500, 1.0)}  # a rate's (n, per): the most deliveries and job starts in a window of per
+WORKLOADS = {"noop": (50_000, 0.0, 5_000), "sleep10": (20_000, 10.0, 2_000)}  # (jobs, sleep ms, --quick's)
 
 
 @dataclass
@@ -135,6 +129,12 @@ SYSTEMS = [
 ]  # fmt: skip
 
 
+def most_in_window(times, per: float) -> int:
+    """The most of the times (seconds) in any window [x, x + per)."""
+    t = sorted(times)
+    return max((bisect.bisect_left(t, x + per) - i for i, x in enumerate(t)), default=0)
+
+
 def _kill(procs: list[subprocess.Popen]) -> None:
     """Ends the worker processes (each leads its process group) at once: a graceful stop adds waiting."""
     for p in procs:
@@ -151,6 +151,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
     procs: list[subprocess.Popen] = []
     # the workers' logs go to files (a pipe nobody reads would block a chatty worker)
     logs = [tempfile.TemporaryFile(mode="w+") for _ in range(PROCESSES)]
+    starts, units = tempfile.NamedTemporaryFile(), set()  # WINDOWS: job starts; (unit, delivery) of the rate
 
     def log_tail(p: subprocess.Popen) -> str:
         (log := logs[procs.index(p)]).seek(0)
@@ -159,6 +160,7 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
     try:
         cur = counter.cursor()
         command, env = system.worker(dsn, sleep_ms)
+        env = env | {"BENCH_STARTS": starts.name} if system.feature in WINDOWS else env
         pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
         spawned = time.perf_counter()  # the clock from spawn: imports and start-up counted
         procs += [subprocess.Popen(command, cwd=ROOT, env=env, stderr=log, **pipes) for log in logs]
@@ -167,27 +169,26 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
             if line.strip() != "ready":
                 _kill(procs)
                 raise RuntimeError(f"{system.name} worker did not start: {line}{log_tail(p)}")
-            # whatever the worker prints afterwards is read and dropped
-            threading.Thread(target=p.stdout.read, daemon=True).start()
+            threading.Thread(target=p.stdout.read, daemon=True).start()  # what it prints later: dropped
         cpu0 = [common.process_cpu(p.pid) for p in procs]  # start-up and imports: not counted
-        # PostgreSQL: each backend of the system's database but the counter's (None: the server is elsewhere)
-        pg = system.dialect == "postgresql"
+        pg = system.dialect == "postgresql"  # PostgreSQL: its backends but the counter's (None: elsewhere)
         server0 = common.sessions_cpu(cur, strict=True) if pg else None  # backends opened later start from 0
-        # MySQL/MariaDB: the whole server process (whatever else it serves meanwhile counts too)
-        mysqld = None if pg else common.server_pid(system.dialect, dsn)
+        mysqld = None if pg else common.server_pid(system.dialect, dsn)  # MariaDB: the whole server process
         mysqld0 = common.server_cpu(system.dialect, mysqld)
         ready = (started := time.perf_counter()) - spawned  # spawn to the slower process's `ready`
         for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
+            print("go", file=p.stdin, flush=True)
         first = None  # seconds until the first job was done: the runtime's own start-up
-        while True:
+        for i in itertools.count():
             time.sleep(POLL)
             remaining = int(common.query(counter, system.remaining_sql)[0][0])
             elapsed = time.perf_counter() - started
             if first is None and remaining < jobs:
                 first = round(elapsed, 3)
-            if remaining == 0 or elapsed >= cap:
+            last = remaining == 0 or elapsed >= cap  # WINDOWS: a unit's time changes once a per at most
+            if system.feature in WINDOWS and (i % 10 == 0 or last):
+                units.update(common.query(counter, "SELECT slot_no, used_at FROM pyqueue_rate_slot"))
+            if last:
                 break
             if dead := [p for p in procs if p.poll() is not None]:
                 _kill(procs)
@@ -206,13 +207,15 @@ def drain(system: System, dsn: str, jobs: int, sleep_ms: float, cap: float) -> d
         life = dict(spawn_rate=done / (elapsed + ready), ready_s=round(ready, 3))
         life |= dict(life_cpu_us_per_job=round(sum(cpu) / done * 1e6, 1) if known else None)
         life["spawn_first_job_s"] = round(first + ready, 3) if first is not None else None
-        # server_cpu_us_per_job: the server processes of the workers' sessions (PostgreSQL on this machine)
         out = life | dict(cpu_us_per_job=worker_us, server_cpu_us_per_job=server_us, first_job_s=first)
         out["backends"] = len(server) if server is not None else None
+        if per := WINDOWS.get(system.feature, (0, 0))[1]:
+            out["most_delivered"] = most_in_window([u.timestamp() for _, u in units if u], per)
+            out["most_started"] = most_in_window(map(float, starts.read().split()), per)
         return out | dict(jobs=jobs, done=done, seconds=elapsed, rate=done / elapsed, capped=remaining > 0)
     finally:
         _kill(procs)
-        for c in (counter, *logs):
+        for c in (counter, *logs, starts):
             c.close()
 
 
@@ -243,17 +246,15 @@ def measure(system: System, workload: str, jobs: int, cap: float, state: str = "
 
 def summarize(results: list[dict], systems: list[System], workloads: list[str], meta: dict) -> str:
     states = meta.get("states") or ["fresh"]
+    key = lambda r: (r["system"], r["dialect"], r["workload"], r.get("state", "fresh"))  # noqa: E731
     lines = [
         "# Burn-down: each system's own worker draining a backlog",
         "",
-        f"Command: `{meta['command']}`; {meta['rounds_done']} of {meta['rounds']} round(s) done, {PROCESSES} worker "
-        f"processes x {CONCURRENCY} handlers, cap {meta['cap']:g} s; {meta['started']} on {meta['host']} ({meta['cpus']} "
-        f"CPUs), load average {meta['load_before']} before, {meta['load_after']} after. Jobs/s from the workers' go "
-        "to the last job done; worker CPU from the go (+ its PostgreSQL server sessions', or the whole "
-        "MariaDB server process's, whatever else it served meanwhile); from spawn: imports and "
-        "start-up included; ratio to the dialect's best peer (none: its first system) within each round; medians over "
-        "rounds (min-max). Method: bench/README.md, Burn-down; autovacuum as configured "
-        f"({meta.get('autovacuum') or 'not read'}).",
+        f"Command: `{meta['command']}`; {meta['rounds_done']} of {meta['rounds']} round(s) done, {PROCESSES} worker processes x {CONCURRENCY} handlers, "
+        f"cap {meta['cap']:g} s; {meta['started']} on {meta['host']} ({meta['cpus']} CPUs), load average {meta['load_before']} before, {meta['load_after']} after. "
+        "Jobs/s from the workers' go to the last job done; worker CPU from the go (+ its PostgreSQL server sessions', or the whole MariaDB server process's, "
+        "whatever else it served meanwhile); from spawn: imports and start-up included; ratio to the dialect's best peer (none: its first system) within "
+        f"each round; medians over rounds (min-max). Method: bench/README.md, Burn-down; autovacuum as configured ({meta.get('autovacuum') or 'not read'}).",
         "",
     ]
     for state, dialect in itertools.product(states, ("postgresql", "mysql")):
@@ -271,7 +272,6 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
         for s in ds:
             row = [s.label]
             for w in workloads:
-                key = lambda r: (r["system"], r["dialect"], r["workload"], r.get("state", "fresh"))  # noqa: E731
                 rs = [r for r in results if key(r) == (s.name, dialect, w, state)]
                 ok = [r for r in rs if "rate" in r]
                 if s.name in meta["unavailable"].get(dialect, {}) or not ok:
@@ -292,6 +292,10 @@ def summarize(results: list[dict], systems: list[System], workloads: list[str], 
             rows.append(row)
         lines += [*common.table(header, rows), ""]
         notes += [f"- {n}: NOT RUN here: {why}" for n, why in meta["unavailable"].get(dialect, {}).items()]
+        for s, w in itertools.product([s for s in ds if s.feature in WINDOWS], workloads):
+            got = [r for r in results if key(r) == (s.name, dialect, w, state) and "most_started" in r]
+            most = ", ".join(f"{r['most_delivered']:,} / {r['most_started']:,}" for r in got)
+            notes.append(f"- {s.feature}, {w}: the most deliveries / job starts in a window of per: {most}")
         if notes:
             lines += notes + [""]
     return "\n".join(lines)
@@ -311,12 +315,7 @@ def _vacuum_settings(dialects: list[str]) -> str:
 
 
 def _bytecode() -> None:
-    """The workers start from bytecode caches, as an installed package does (pip writes them), also where
-    PYTHONDONTWRITEBYTECODE is set (a compile of ~0.1 s a start no user's deploy pays)."""
-    import compileall
-
-    import pyqueue_sql
-
+    """The workers start from bytecode caches as installed (pip writes them), also under PYTHONDONTWRITEBYTECODE."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     for folder in {os.path.dirname(os.path.abspath(pyqueue_sql.__file__)), HERE}:
         compileall.compile_dir(folder, quiet=2)
@@ -396,9 +395,8 @@ def main() -> None:
                 r = dict(round=round_ + 1, dialect=dialect, workload=w, state=state, system=s.name, jobs=jobs)
                 try:
                     r.update(measure(s, w, jobs, args.cap, state))
-                    capped = " (capped)" if r["capped"] else ""
                     rate = f"{r['done']:,}/{jobs:,} in {r['seconds']:.2f} s = {r['rate']:,.0f} jobs/s"
-                    print(rate + capped, flush=True)
+                    print(rate + (" (capped)" if r["capped"] else ""), flush=True)
                 except Exception as exc:  # reported in the summary, the run goes on
                     r["error"] = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
                     print(f"FAILED: {exc}", flush=True)

@@ -298,8 +298,8 @@ def chunks(n: int, size: int = 1000, start: int = 0):
     return (range(i, min(start + n, i + size)) for i in range(start, start + n, size))
 
 
-# burndown.py --features: what each sets on the queue, chosen not to bind the worker (a limit above its
-# handlers, a rate above its drain), or what the backlog's messages carry (groups and priorities).
+# burndown.py --features: what each sets on the queue, chosen not to bind the worker (a limit above its handlers,
+# a rate above its drain; limit8, rate500, groups1 bind it), or what the messages carry (groups, priorities).
 FEATURES = {
     "plain": lambda q: None,
     "limit": lambda q: q.set_limit("noop", 64),
@@ -308,6 +308,9 @@ FEATURES = {
     "history": lambda q: q.create(history_retention=3600),
     "results": lambda q: q.set_result_retention(3600),
     "priorities": lambda q: None,
+    "limit8": lambda q: q.set_limit("noop", 8),
+    "rate500": lambda q: q.set_rate(None, 500, 1.0),
+    "groups1": lambda q: q.set_group_limit(None, 1),
 }
 FEATURES_SAID = {
     "limit": '`set_limit("noop", 64)`',
@@ -316,6 +319,9 @@ FEATURES_SAID = {
     "history": "history kept an hour",
     "results": "results kept an hour",
     "priorities": "ten priorities",
+    "limit8": '`set_limit("noop", 8)`, binding',
+    "rate500": "`set_rate(None, 500, 1.0)`, binding",
+    "groups1": "200 FIFO groups, `set_group_limit(None, 1)`, binding",
 }
 
 
@@ -324,7 +330,7 @@ def push_jobs(dsn: str, jobs: int, queue: str, start: int = 0, feature: str = "p
     extra = {"groups": lambda i: {"group": f"g{i % 200}"}, "priorities": lambda i: {"priority": i % 10}}
     with pyqueue_sql.connect(dsn) as db:
         for numbers in chunks(jobs, start=start):
-            if how := extra.get(feature):
+            if how := extra.get(feature.rstrip("1")):  # groups1: the same 200 groups
                 db.queue(queue).push_many(
                     [dict(key=f"j{i:09d}", kind="noop", payload={"n": i}, **how(i)) for i in numbers]
                 )

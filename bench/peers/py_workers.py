@@ -25,6 +25,8 @@ from pyqueue_sql import App, Worker  # noqa: E402
 QUEUE = "burndown"
 # what each job waits: --sleep-ms, or BENCH_SLEEP_MS where the CLI imports this module
 SLEEP_S = float(os.environ.get("BENCH_SLEEP_MS") or 0) / 1000
+STARTS = os.environ.get("BENCH_STARTS")  # burndown.py --features rate500: each job's start, time.time()
+STARTS = STARTS and os.open(STARTS, os.O_WRONLY | os.O_APPEND)  # appended there, a line each
 PGQUEUER_BATCH = 8  # PGQueuer requires max_concurrent_tasks >= 2 x batch_size (its default: 10)
 PGMQ_BATCH = 10  # pgmq has no runtime of its own: a read-batch/delete loop in threads
 
@@ -46,6 +48,8 @@ async def _async_ready() -> None:
 
 def plain(job) -> None:
     """The job of every threaded worker: nothing, or SLEEP_S of sleep."""
+    if STARTS:  # one write(2) on an O_APPEND file: the handlers' lines never mix
+        os.write(STARTS, b"%.6f\n" % time.time())
     if SLEEP_S:
         time.sleep(SLEEP_S)
 
