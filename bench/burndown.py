@@ -31,7 +31,7 @@ PY_WORKERS, NODE_WORKERS, OBAN_WORKER = (
     os.path.join(PEERS, f) for f in ("py_workers.py", "node_workers.mjs", "oban_worker.py")
 )
 OBAN_PYTHON, OBAN_CLI = (os.path.join(PEERS, ".venv-oban", "bin", f) for f in ("python", "oban"))
-PROCESSES, CONCURRENCY, POLL, BATCH = 2, 16, 0.02, [100]  # processes, handlers each, count's poll, --batch
+PROCESSES, CONCURRENCY, POLL = 2, 16, 0.02  # worker processes, handlers each, the count's poll (s)
 STATES = ("fresh", "churned")
 COLUMNS = "cpu_us_per_job server_cpu_us_per_job spawn_rate life_cpu_us_per_job spawn_first_job_s".split()
 CLI_TARGETS = {"pyqueue-tasks": "app", "pyqueue-batch": "batch_app"}  # `pyqueue-sql worker`'s; else plain
@@ -88,7 +88,6 @@ class System:
             target = CLI_TARGETS.get(self.name, "plain --queue burndown")
             cli = os.path.join(os.path.dirname(sys.executable), "pyqueue-sql")
             env = os.environ | {"PYQUEUE_DSN": dsn, "BENCH_GO": "1", "BENCH_SLEEP_MS": str(sleep_ms)}
-            env["BENCH_BATCH"] = str(BATCH[0])
             return [cli, *f"worker bench.peers.py_workers:{target} --concurrency {CONCURRENCY}".split()], env
         if self.kind == "py":
             return self._command("work", dsn, f"--concurrency={CONCURRENCY}", f"--sleep-ms={sleep_ms}"), None
@@ -338,7 +337,7 @@ def main() -> None:
         ("--features", None, "`pyqueue-sql worker` with each on, to plain: " + ",".join(common.FEATURES)),
     )
     args = ap.parse_args()
-    BATCH[0] = args.batch or BATCH[0]
+    os.environ["BENCH_BATCH"] = str(args.batch or 100)  # the batch task's size, read by py_workers
     if args.batch:
         args.systems = args.systems or "pyqueue-tasks,pyqueue-batch"
         args.workloads = args.workloads if "--workloads" in sys.argv else "noop"
@@ -353,8 +352,7 @@ def main() -> None:
     global PROCESSES
     features = common.names(args.features, list(common.FEATURES), ap, "features") if args.features else []
     PROCESSES = 1 if features else PROCESSES  # one `pyqueue-sql worker`, as a user starts it
-    if features and features[0] != "plain":
-        features = ["plain", *(f for f in features if f != "plain")]  # the ratios' reference, first
+    features = ["plain", *(f for f in features if f != "plain")] if features else []  # the reference first
     chosen = lambda s: s.name in wanted if wanted else not s.extra and not features  # noqa: E731
     systems = [s for s in SYSTEMS if s.dialect in dialects and chosen(s)]
     systems += [feature(f, d) for d in dialects for f in features]
