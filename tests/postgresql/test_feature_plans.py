@@ -122,7 +122,7 @@ def test_a_limited_reserve_checks_each_slot_s_holder_by_its_key(pg, url):
         pg, f"SELECT p_key FROM queue_reserve('{QUEUE}', 'w', interval '60 s', 32)"
     )
     assert len(rows) == 32
-    assert read <= 400, (read, plans)
+    assert read <= 200, (read, plans)  # 64 read at the time of writing; 5,936 with the hashed subplan
 
 
 def test_a_grouped_batch_commit_reads_each_group_s_few_rows(pg, url):
@@ -132,11 +132,11 @@ def test_a_grouped_batch_commit_reads_each_group_s_few_rows(pg, url):
     heads = _reserve(pg, 400)
     assert len(heads) == 400  # 50 groups, 8 heads each
     # the commit of 400 heads in 50 groups makes 400 new heads: each group's few live and next
-    # rows read, about 20 a message committed, not the queue's 400 live messages for each group
+    # rows read, about 3 a message committed, not the queue's 400 live messages for each group
     [(committed,)], read, plans = _rows_read(
         pg,
         "SELECT queue_commit_batch(%s, %s, %s, %s)",
         (QUEUE, [r[0] for r in heads], [r[1] for r in heads], [r[2] for r in heads]),
     )
     assert committed == 400
-    assert read <= 20 * 400, (read, plans)
+    assert read <= 8 * 400, (read, plans)  # 1,300 at the time of writing; 11,443 with the anti join
