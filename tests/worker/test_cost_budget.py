@@ -88,16 +88,14 @@ def test_the_worker_s_calls_a_job_with_each_feature(dsn, db, feature):
 # 25 (the queue's bound and top priority, the ready range read in order, each row locked and
 # updated: index and heap pages, the result's rows). A limit found its slots once a pass (one read
 # of them, a write of each one taken): about 28, where a claim a candidate, reading every busy slot
-# before a free one, grew with the square of the limit; about 19 since the locked slots are read
-# again by their ctids and written by a join to their holders. A rate: its free units once a pass,
-# then a write of each one taken: about 32. Groups: the group rows of the heads, about 27; about
-# 17 measured again beside the limit's (2026-11-29). History, results and priorities change little
-# at the reserve: about 25.
+# before a free one, grew with the square of the limit. A rate: its free units once a pass, then a
+# write of each one taken: about 32. Groups: the group rows of the heads, about 27. History,
+# results and priorities change little at the reserve: about 25.
 PG_BUFFERS_PER_MESSAGE = {
     "plain": 32,
-    "limit": 26,
+    "limit": 36,
     "rate": 42,
-    "groups": 24,
+    "groups": 36,
     "history": 32,
     "results": 32,
     "priorities": 32,
