@@ -339,20 +339,20 @@ BEGIN
         PERFORM pyqueue__queue(in_queue);
     END IF;
     FOR v_q IN
-        SELECT q.queue_name, q.dead_count, q.paused
+        SELECT q.queue_name::text AS queue_name, q.dead_count, q.paused
           FROM pyqueue_queue q
          WHERE in_queue IS NULL OR q.queue_name::text = in_queue
          ORDER BY q.queue_name
     LOOP
         SELECT pg_catalog.count(*), pg_catalog.min(r.scheduled_at) INTO ready, v_oldest
           FROM (SELECT m.scheduled_at FROM pyqueue_message m
-                 WHERE m.queue_name = v_q.queue_name AND m.scheduled_at < 'infinity'
+                 WHERE m.queue_name::text = v_q.queue_name AND m.scheduled_at < 'infinity'
                    AND m.scheduled_at <= v_now
                  ORDER BY m.scheduled_at
                  LIMIT c_exact + 1) r;
         SELECT pg_catalog.count(*), pg_catalog.count(l.reserve_token) INTO v_later, reserved
           FROM (SELECT m.reserve_token FROM pyqueue_message m
-                 WHERE m.queue_name = v_q.queue_name AND m.scheduled_at < 'infinity'
+                 WHERE m.queue_name::text = v_q.queue_name AND m.scheduled_at < 'infinity'
                    AND m.scheduled_at > v_now
                  ORDER BY m.scheduled_at
                  LIMIT c_exact + 1) l;
@@ -368,13 +368,15 @@ BEGIN
             SELECT c.oid, c.reltuples, n.nspname INTO v_rel
               FROM pg_catalog.pg_class c
               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-             WHERE c.oid = 'pyqueue_message'::regclass;
-            v_total := pg_catalog.pg_stat_get_live_tuples(v_rel.oid);
-            IF v_total IS NULL OR v_total <= 0 THEN
-                v_total := GREATEST(v_rel.reltuples, 0);
+             WHERE c.oid = 'pyqueue_message'::regclass::oid;
+            v_total := pg_catalog.pg_stat_get_live_tuples(v_rel.oid)::double precision;
+            IF v_total IS NULL OR v_total <= 0.0::double precision THEN
+                v_total := GREATEST(v_rel.reltuples::double precision, 0.0::double precision);
             END IF;
-            SELECT s.null_frac, s.n_distinct, s.most_common_vals::text::text[] AS mcv,
-                   s.most_common_freqs AS mcf, s2.histogram_bounds::text::timestamptz[] AS hist
+            SELECT s.null_frac::double precision AS null_frac, s.n_distinct::double precision AS n_distinct,
+                   s.most_common_vals::text::text[] AS mcv,
+                   s.most_common_freqs::double precision[] AS mcf,
+                   s2.histogram_bounds::text::timestamptz[] AS hist
               INTO v_st
               FROM pg_catalog.pg_stats s
               LEFT JOIN pg_catalog.pg_stats s2
@@ -383,30 +385,38 @@ BEGIN
              WHERE s.schemaname = v_rel.nspname AND s.tablename = 'pyqueue_message'
                AND s.attname = 'queue_name' AND NOT s.inherited;
             IF NOT FOUND THEN
-                v_share := 1.0 / GREATEST((SELECT pg_catalog.count(*) FROM pyqueue_queue), 1);
-            ELSIF v_q.queue_name::text = ANY (v_st.mcv) THEN
-                v_share := v_st.mcf[pg_catalog.array_position(v_st.mcv, v_q.queue_name::text)];
+                v_share := 1.0::double precision
+                           / GREATEST((SELECT pg_catalog.count(*) FROM pyqueue_queue)::double precision,
+                                      1.0::double precision);
+            ELSIF v_q.queue_name = ANY (v_st.mcv) THEN
+                v_share := v_st.mcf[pg_catalog.array_position(v_st.mcv, v_q.queue_name)];
             ELSE
-                v_share := GREATEST(1.0 - v_st.null_frac - COALESCE((SELECT pg_catalog.sum(f) FROM pg_catalog.unnest(v_st.mcf) f), 0), 0)
-                           / GREATEST(CASE WHEN v_st.n_distinct < 0 THEN -v_st.n_distinct * v_total
-                                           ELSE v_st.n_distinct END
-                                      - COALESCE(pg_catalog.cardinality(v_st.mcv), 0), 1);
+                v_share := GREATEST(1.0::double precision - v_st.null_frac
+                                    - COALESCE((SELECT pg_catalog.sum(f) FROM pg_catalog.unnest(v_st.mcf) f),
+                                               0.0::double precision),
+                                    0.0::double precision)
+                           / GREATEST(CASE WHEN v_st.n_distinct < 0.0::double precision
+                                           THEN -v_st.n_distinct * v_total ELSE v_st.n_distinct END
+                                      - COALESCE(pg_catalog.cardinality(v_st.mcv), 0)::double precision,
+                                      1.0::double precision);
             END IF;
             v_total := v_total * v_share;
             IF ready > c_exact AND v_later > c_exact THEN
                 -- Both more than 10,000: the ready share is that of the
                 -- table's scheduled_at histogram at or before now.
-                SELECT COALESCE(pg_catalog.avg(CASE WHEN b <= v_now THEN 1.0 ELSE 0.0 END), 0.5) INTO v_share
+                SELECT COALESCE(pg_catalog.avg(CASE WHEN b <= v_now THEN 1.0::double precision
+                                                    ELSE 0.0::double precision END),
+                                0.5::double precision) INTO v_share
                   FROM pg_catalog.unnest(v_st.hist) b;
-                ready := GREATEST(c_exact + 1, v_total * v_share);
-                v_later := GREATEST(c_exact + 1, v_total - ready);
+                ready := GREATEST((c_exact + 1)::double precision, v_total * v_share);
+                v_later := GREATEST((c_exact + 1)::double precision, v_total - ready::double precision);
             ELSIF ready > c_exact THEN
-                ready := GREATEST(c_exact + 1, v_total - v_later);
+                ready := GREATEST((c_exact + 1)::double precision, v_total - v_later::double precision);
             ELSE
-                v_later := GREATEST(c_exact + 1, v_total - ready);
+                v_later := GREATEST((c_exact + 1)::double precision, v_total - ready::double precision);
             END IF;
         END IF;
-        queue := v_q.queue_name::text;
+        queue := v_q.queue_name;
         delayed := v_later - reserved;
         dead := v_q.dead_count;
         oldest_ready_age_s := extract(epoch FROM v_now - v_oldest)::double precision;
