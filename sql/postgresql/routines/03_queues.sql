@@ -315,8 +315,8 @@ $$;
 -- each. A range of at most c_exact rows is counted exactly; a larger one is
 -- estimated (below), never below c_exact + 1. Counting every row instead
 -- read the whole queue, and after an ANALYZE of a table with dead rows the
--- planner read it by a sequential scan of the whole table (113-220 ms at
--- 100,000 live messages, bench/latest/stats-bounded.md).
+-- planner read it by a sequential scan of the whole table (208 ms at best
+-- at 100,000 live messages against 5 ms, bench/latest/stats-bounded.md).
 CREATE OR REPLACE FUNCTION queue_stats(in_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, ready bigint, delayed bigint, reserved bigint, dead bigint,
                oldest_ready_age_s double precision, paused boolean)
