@@ -161,6 +161,7 @@ DROP PROCEDURE IF EXISTS pyqueue__raise_batch_shape;
 -- the top)
 DROP PROCEDURE IF EXISTS queue_kind_stats;
 DROP PROCEDURE IF EXISTS queue_stats;
+DROP FUNCTION IF EXISTS pyqueue__stats_range;
 DROP PROCEDURE IF EXISTS queue_resume;
 DROP PROCEDURE IF EXISTS queue_pause;
 DROP PROCEDURE IF EXISTS queue_drop;

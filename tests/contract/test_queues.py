@@ -88,3 +88,26 @@ def test_dead_letter_queue_must_exist_and_cannot_be_dropped_while_used(make_queu
         q.create(dead_letter_queue=q.name)
     q.drop()
     dead.drop()
+
+
+# queue_stats's bound (queue_stats in docs/contract/03_queues.md): a count of 10,000 or less is
+# exact, a larger one says "more than 10,000" (an estimate, never below 10,001).
+STATS_EXACT = 10_000
+
+
+@pytest.mark.slow
+def test_stats_are_exact_up_to_the_bound_and_say_more_than_it_beyond(make_queue):
+    q = make_queue()
+    try:
+        q.push_many([(f"r{i}", "k", 1) for i in range(STATS_EXACT + 1)])
+        q.push("later", "k", 1, run_at=dt.timedelta(hours=1))
+        assert len(q.reserve(n=1)) == 1
+        s = q.stats()
+        assert (s.ready, s.delayed, s.reserved) == (STATS_EXACT, 1, 1)
+        assert s.oldest_ready_age_s is not None and s.oldest_ready_age_s >= 0
+        q.push("one-more", "k", 1)
+        s = q.stats()
+        assert s.ready > STATS_EXACT
+        assert (s.delayed, s.reserved) == (1, 1)
+    finally:
+        q.drop()
