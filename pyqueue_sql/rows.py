@@ -128,6 +128,9 @@ class Renewal(NamedTuple):
 
 @dataclass(frozen=True)
 class QueueStats:
+    """A queue's depth (queue_stats). ready, delayed and reserved are exact up to 10,000; a count
+    above 10,000 means more than 10,000 and is the server's estimate (docs/contract/03_queues.md)."""
+
     queue: str
     ready: int
     delayed: int
