@@ -7,6 +7,7 @@ server cannot be found is skipped, except under CI=true, where that is an error.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import os
 import sys
@@ -155,6 +156,16 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     items.sort(key=_dispatch_order())
+
+
+def pytest_collection_finish(session):
+    """The collected suite (the test modules, their items and marks: hundreds of thousands of
+    objects in each test process) goes to the garbage collector's permanent generation. They live
+    until the process ends, and each full collection, which Python starts again and again as the
+    tests allocate, walked all of them: in a run of tests/unit, 8.3 s of the process's 24.9 s of
+    CPU went to the collector, 2.8 s of 19.0 s once they are frozen (load 9-17). Objects the tests
+    make are collected as before."""
+    gc.freeze()
 
 
 def _dispatch_order():
