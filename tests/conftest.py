@@ -77,6 +77,13 @@ def pytest_configure(config):
         "several connections for more than about a second. `make test` and CI run everything",
     )
     config.addinivalue_line("markers", clients.SYNC_CLIENT_ONLY)
+    # Hypothesis's register_random looks for the referrers of a PRNG a library registers (trio's)
+    # with gc.get_referrers, which does not see the objects pytest_collection_finish froze: it warns
+    # that the PRNG may be collected at once, and registers it all the same.
+    config.addinivalue_line(
+        "filterwarnings",
+        "ignore:It looks like `register_random` was passed:hypothesis.errors.HypothesisWarning",
+    )
 
 
 # Test files by the time they take (slowest first, the sums of --durations=0 of a whole run; the
