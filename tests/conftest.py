@@ -7,6 +7,7 @@ server cannot be found is skipped, except under CI=true, where that is an error.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import os
 import sys
@@ -76,6 +77,13 @@ def pytest_configure(config):
         "several connections for more than about a second. `make test` and CI run everything",
     )
     config.addinivalue_line("markers", clients.SYNC_CLIENT_ONLY)
+    # Hypothesis's register_random looks for the referrers of a PRNG a library registers (trio's)
+    # with gc.get_referrers, which does not see the objects pytest_collection_finish froze: it warns
+    # that the PRNG may be collected at once, and registers it all the same.
+    config.addinivalue_line(
+        "filterwarnings",
+        "ignore:It looks like `register_random` was passed:hypothesis.errors.HypothesisWarning",
+    )
 
 
 # Test files by the time they take (slowest first, the sums of --durations=0 of a whole run; the
@@ -155,6 +163,16 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     items.sort(key=_dispatch_order())
+
+
+def pytest_collection_finish(session):
+    """The collected suite (the test modules, their items and marks: hundreds of thousands of
+    objects in each test process) goes to the garbage collector's permanent generation. They live
+    until the process ends, and each full collection, which Python starts again and again as the
+    tests allocate, walked all of them: in a run of tests/unit, 8.3 s of the process's 24.9 s of
+    CPU went to the collector, 2.8 s of 19.0 s once they are frozen (load 9-17). Objects the tests
+    make are collected as before."""
+    gc.freeze()
 
 
 def _dispatch_order():

@@ -77,11 +77,22 @@ def _parse_package(package: Path) -> dict[str, Module]:
             gc.enable()
     found = {}
     for path, tree in zip(paths, trees):
-        parts = path.relative_to(package).with_suffix("").parts
-        is_package = parts[-1] == "__init__"
-        name = ".".join((ROOT, *(parts[:-1] if is_package else parts)))
+        name, is_package = _module_name(package, path)
         found[name] = Module(name, path, is_package, tree)
     return found
+
+
+def _module_name(package: Path, path: Path) -> tuple[str, bool]:
+    """(the dotted name of the module at `path`, whether it is a package's __init__)."""
+    parts = path.relative_to(package).with_suffix("").parts
+    is_package = parts[-1] == "__init__"
+    return ".".join((ROOT, *(parts[:-1] if is_package else parts))), is_package
+
+
+def module_names() -> list[str]:
+    """The installed package's module names, sorted, from the file names alone: test ids are made
+    in every test process at collection, where parsing the whole package cost a second or more."""
+    return sorted(_module_name(PACKAGE, path)[0] for path in PACKAGE.rglob("*.py"))
 
 
 def _walk_running(node: ast.AST):
@@ -265,8 +276,12 @@ DJANGO_SETUP = (
 )
 
 
+def test_the_modules_imported_one_by_one_are_every_module_parsed():
+    assert module_names() == sorted(package_modules())
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(package_modules()))
+@pytest.mark.parametrize("name", module_names())
 def test_each_module_imports_on_its_own(name):
     """Each module imports in a fresh interpreter (a cycle that breaks at import time shows up
     as an ImportError). A missing optional third-party dependency is not the layout's business.

@@ -50,9 +50,8 @@ def _drop_index(dsn: str) -> tuple[str, str]:
     return "pyqueue_message.pyqueue_message_due_idx", rebuild
 
 
-def test_check_names_a_routine_edited_by_hand_and_a_dropped_index(fresh_database, capsys):
-    dsn = fresh_database("drift")
-    migrate.upgrade(dsn)
+def test_check_names_a_routine_edited_by_hand_and_a_dropped_index(installed_database, capsys):
+    dsn = installed_database("drift")
     code, out, _ = _check(dsn, capsys)
     assert (code, out) == (
         0,
@@ -77,10 +76,9 @@ def test_check_names_a_routine_edited_by_hand_and_a_dropped_index(fresh_database
 
 
 @pytest.mark.only_dialect("postgresql")
-def test_check_names_a_routine_granted_to_public(fresh_database, capsys):
+def test_check_names_a_routine_granted_to_public(installed_database, capsys):
     """The install revokes EXECUTE from PUBLIC (anyone could push and reserve): a grant back is drift."""
-    dsn = fresh_database("public")
-    migrate.upgrade(dsn)
+    dsn = installed_database("public")
     _sql(dsn, "GRANT EXECUTE ON FUNCTION queue_stats(text) TO PUBLIC")
     code, out, _ = _check(dsn, capsys)
     assert (code, out) == (1, ["grant EXECUTE on queue_stats(text) to PUBLIC was not installed by migrate"])
@@ -116,11 +114,10 @@ def test_version_without_a_database(capsys, monkeypatch):
     ]
 
 
-def test_check_on_a_routines_only_release_says_run_migrate(fresh_database, capsys, monkeypatch):
+def test_check_on_a_routines_only_release_says_run_migrate(installed_database, capsys, monkeypatch):
     """A release that changes only routine bodies has no revision: the sources digest that migrate
     recorded tells --check that migrate has still to run, and migrate installs them."""
-    dsn = fresh_database("sources")
-    migrate.upgrade(dsn)
+    dsn = installed_database("sources")
     monkeypatch.setattr(migrate, "sources_digest", lambda dialect: "0" * 32)
     code, out, _ = _check(dsn, capsys)
     assert code == 1 and "run `pyqueue-sql migrate`" in out[0] and "whose SQL differs" in out[0]
@@ -187,14 +184,13 @@ def test_the_worker_check_reads_the_sql_digest_only_for_an_older_release(monkeyp
     schema_version.refuse_older((ours,), current, "postgresql")
 
 
-def test_the_worker_check_reads_the_schema_in_one_statement(fresh_database):
+def test_the_worker_check_reads_the_schema_in_one_statement(installed_database):
     """`pyqueue-sql worker`'s schema check on a database at the head: one statement
     (schema_state) returns what the three of the fallback return."""
     from pyqueue_sql import schema_version
     from pyqueue_sql.queries import migration_queries
 
-    dsn = fresh_database("onecheck")
-    migrate.upgrade(dsn)
+    dsn = installed_database("onecheck")
     dialect = dialects.for_dsn(dsn)
     queries = migration_queries(dialect.name)
     conn = dialect.connect(dsn)
@@ -210,7 +206,7 @@ def test_the_worker_check_reads_the_schema_in_one_statement(fresh_database):
     assert schema_version._read(dsn) == apart
 
 
-def test_check_names_what_least_privilege_forbids_and_spares_the_ingest_grants(fresh_database, capsys):
+def test_check_names_what_least_privilege_forbids_and_spares_the_ingest_grants(installed_database, capsys):
     """Application accounts hold no table privilege but the ingest capability's, and the internal
     helpers are granted to nobody (docs/operations.md, "Least privilege"): --check names a table
     grant to an application account, a column grant, EXECUTE on a helper, and (PostgreSQL) a
@@ -219,8 +215,7 @@ def test_check_names_what_least_privilege_forbids_and_spares_the_ingest_grants(f
     is no drift."""
     from tests.security.test_privileges import Accounts
 
-    dsn = fresh_database("exposed")
-    migrate.upgrade(dsn)
+    dsn = installed_database("exposed")
     accounts = Accounts(dsn)
     try:
         app = accounts.with_capabilities("app", "producer", "consumer")
