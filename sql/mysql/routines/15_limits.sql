@@ -340,9 +340,8 @@ BEGIN
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids, v_latts LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_lim_ids, v_lim_atts LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_full, v_marked, v_mixed, v_from, v_start BOOLEAN DEFAULT FALSE;
-    DECLARE v_t0, v_first_at DATETIME(6);
-    DECLARE v_all LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_full, v_marked, v_mixed BOOLEAN DEFAULT FALSE;
+    DECLARE v_t0 DATETIME(6);
     DECLARE v_mkey LONGTEXT CHARACTER SET utf8mb4;
     SET out_ids = '', out_count = 0;
     SET v_until = v_now + INTERVAL CAST(COALESCE(in_timeout, in_vis) * 1000000 AS SIGNED) MICROSECOND;
@@ -352,16 +351,9 @@ BEGIN
         SET out_ids = NULL, out_count = NULL;
     END IF;
     SET v_slots = COALESCE(JSON_LENGTH(v_free), in_n), v_units = COALESCE(JSON_LENGTH(v_unit_list), in_n);
-    -- a free slot: the first page from pyqueue__claim_short_batch's mark of the first candidate (@pyqueue__ready_queue,
-    -- the same rules: read from the start, over the entries claims left delete-marked until purge, at most a
-    -- twenty-first of the time; fewer than wanted from it, from the start at once)
-    IF v_ok = 1 AND v_slots > 0 AND @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue)
-       AND @pyqueue__ready_full BETWEEN v_now AND v_now + INTERVAL 60 SECOND THEN
-        SET v_from = TRUE, v_at = @pyqueue__ready_at, v_id = @pyqueue__ready_id - 1;
-    END IF;
     pages: WHILE v_ok = 1 DO
         -- (the kind not yet full and no other kind met: a page of at most its slots left, every row of it claimable)
-        SET v_full = v_kind IS NOT NULL AND v_lused >= v_slots, v_t0 = UTC_TIMESTAMP(6), v_start = v_at IS NULL,
+        SET v_full = v_kind IS NOT NULL AND v_lused >= v_slots, v_t0 = UTC_TIMESTAMP(6),
             v_k = LEAST(in_n, v_units, IF(v_full OR v_mixed, in_n, v_slots - v_lused + out_count)) - out_count;
         IF v_k <= 0 THEN LEAVE pages; END IF;
         IF v_full AND @pyqueue__full_key = v_mkey AND @pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND
@@ -370,12 +362,13 @@ BEGIN
         END IF;
         -- a page in FIFO order (the limited kind left out once its slots are used), its ids as allowed: the limited
         -- kind's past the slots left dropped
-        SELECT COUNT(*), MAX(w.scheduled_at), MIN(w.scheduled_at), GROUP_CONCAT(w.id ORDER BY w.scheduled_at, w.id SEPARATOR ','),
+        SELECT COUNT(*), MAX(w.scheduled_at),
+               SUBSTRING_INDEX(GROUP_CONCAT(w.id ORDER BY w.scheduled_at, w.id SEPARATOR ','), ',', -1),
                GROUP_CONCAT(IF(w.lim AND w.rn > v_slots - v_lused, NULL, w.id) ORDER BY w.scheduled_at, w.id SEPARATOR ','),
                (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
                  WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
                OR COALESCE(MAX(w.due), FALSE), v_mixed OR COALESCE(MIN(w.lim), 1) = 0
-          INTO v_got, v_at, v_first_at, v_all, v_cand, v_below, v_mixed
+          INTO v_got, v_at, v_id, v_cand, v_below, v_mixed
           FROM (SELECT d.id, d.scheduled_at, d.lim, d.due,
                        ROW_NUMBER() OVER (PARTITION BY d.lim ORDER BY d.scheduled_at, d.id) AS rn
                   FROM (SELECT m.id, m.scheduled_at, m.p_kind <=> v_kind AS lim,
@@ -395,19 +388,6 @@ BEGIN
             END IF;
             SET @pyqueue__full_key = v_mkey, @pyqueue__full_at = v_now;
         END IF;
-        IF v_from AND NOT v_below AND v_got < v_k THEN  -- fewer than wanted from the mark: from the start
-            SET v_from = FALSE, v_at = NULL, v_id = NULL;
-            ITERATE pages;
-        END IF;
-        IF (v_start OR v_from) AND NOT v_full AND v_got > 0 THEN  -- the first candidate: the mark
-            IF v_start THEN
-                SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL LEAST(60000000,
-                        20 * TIMESTAMPDIFF(MICROSECOND, v_t0, UTC_TIMESTAMP(6))) MICROSECOND;
-            END IF;
-            SET @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue), @pyqueue__ready_at = v_first_at,
-                @pyqueue__ready_id = CAST(SUBSTRING_INDEX(v_all, ',', 1) AS SIGNED), v_from = FALSE;
-        END IF;
-        SET v_id = SUBSTRING_INDEX(v_all, ',', -1);  -- the page's last (v_at: its scheduled_at)
         IF v_below OR v_got = 0 THEN LEAVE pages; END IF;  -- (v_below: also a candidate due for ending, below)
         IF v_cand IS NOT NULL THEN
             SELECT COUNT(*), COALESCE(SUM(c.lim), 0), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ','),
