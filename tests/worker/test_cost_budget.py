@@ -102,8 +102,9 @@ PG_BUFFERS_PER_MESSAGE = {
 }
 # MariaDB: rows read by the storage engine's handlers (Handler_read_*), a message reserved, the fewest
 # of three reserves. Alone on a quiet server: plain about 13; ten priorities about 20 (a step a
-# priority); a limit about 27 (its slots and their holders read once a call; about 80 while each
-# candidate's take read them); a rate about 25 (the free units after the session's last one, read by
+# priority); a limit about 23 (its slots and their holders read once a call, its slots written by one
+# single-table UPDATE; 27 while a join to the claims wrote them; about 80 while each candidate's take
+# read them); a rate about 25 (the free units after the session's last one, read by
 # the primary key at once: a walk of the used_at index for each unit read the entries the units taken
 # before had left, about 180 rows a message). InnoDB's handlers also step over the index entries
 # that purge, running behind on a busy server, has not removed yet: up to 3 to 5 times those figures
@@ -111,7 +112,7 @@ PG_BUFFERS_PER_MESSAGE = {
 # whole backlog a message, not a few rows more.
 MY_ROWS_PER_MESSAGE = {
     "plain": 45,
-    "limit": 100,
+    "limit": 70,  # about 3 times 23, as the others (100 while it was about 27 and over 30 on a busy server)
     "rate": 100,
     "groups": 60,
     "history": 45,

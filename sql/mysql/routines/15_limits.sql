@@ -338,9 +338,9 @@ BEGIN
     DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
         DEFAULT DATE_FORMAT(v_now, '%Y-%m-%dT%H:%i:%s.%fZ');
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_lim_ids LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_full, v_marked BOOLEAN DEFAULT FALSE;
+    DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids, v_latts LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_lim_ids, v_lim_atts LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
+    DECLARE v_full, v_marked, v_mixed BOOLEAN DEFAULT FALSE;
     DECLARE v_t0 DATETIME(6);
     DECLARE v_mkey LONGTEXT CHARACTER SET utf8mb4;
     SET out_ids = '', out_count = 0;
@@ -352,8 +352,9 @@ BEGIN
     END IF;
     SET v_slots = COALESCE(JSON_LENGTH(v_free), in_n), v_units = COALESCE(JSON_LENGTH(v_unit_list), in_n);
     pages: WHILE v_ok = 1 DO
-        SET v_k = LEAST(in_n, v_units) - out_count, v_full = v_kind IS NOT NULL AND v_lused >= v_slots,
-            v_t0 = UTC_TIMESTAMP(6);
+        -- (the kind not yet full and no other kind met: a page of at most its slots left, every row of it claimable)
+        SET v_full = v_kind IS NOT NULL AND v_lused >= v_slots, v_t0 = UTC_TIMESTAMP(6),
+            v_k = LEAST(in_n, v_units, IF(v_full OR v_mixed, in_n, v_slots - v_lused + out_count)) - out_count;
         IF v_k <= 0 THEN LEAVE pages; END IF;
         IF v_full AND @pyqueue__full_key = v_mkey AND @pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND
            AND (v_at IS NULL OR v_at < @pyqueue__full_at) THEN
@@ -366,8 +367,8 @@ BEGIN
                GROUP_CONCAT(IF(w.lim AND w.rn > v_slots - v_lused, NULL, w.id) ORDER BY w.scheduled_at, w.id SEPARATOR ','),
                (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
                  WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
-               OR COALESCE(MAX(w.due), FALSE)
-          INTO v_got, v_at, v_id, v_cand, v_below
+               OR COALESCE(MAX(w.due), FALSE), v_mixed OR COALESCE(MIN(w.lim), 1) = 0
+          INTO v_got, v_at, v_id, v_cand, v_below, v_mixed
           FROM (SELECT d.id, d.scheduled_at, d.lim, d.due,
                        ROW_NUMBER() OVER (PARTITION BY d.lim ORDER BY d.scheduled_at, d.id) AS rn
                   FROM (SELECT m.id, m.scheduled_at, m.p_kind <=> v_kind AS lim,
@@ -390,8 +391,9 @@ BEGIN
         IF v_below OR v_got = 0 THEN LEAVE pages; END IF;  -- (v_below: also a candidate due for ending, below)
         IF v_cand IS NOT NULL THEN
             SELECT COUNT(*), COALESCE(SUM(c.lim), 0), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ','),
-                   GROUP_CONCAT(IF(c.lim, c.id, NULL) ORDER BY c.ord SEPARATOR ','), COALESCE(MAX(c.expired), 0)
-              INTO v_held, v_lheld, v_att, v_ids, v_lids, v_exp
+                   GROUP_CONCAT(IF(c.lim, c.id, NULL) ORDER BY c.ord SEPARATOR ','),
+                   GROUP_CONCAT(IF(c.lim, c.attempts, NULL) ORDER BY c.ord SEPARATOR ','), COALESCE(MAX(c.expired), 0)
+              INTO v_held, v_lheld, v_att, v_ids, v_lids, v_latts, v_exp
               FROM (SELECT j.ord, x.id, x.attempts, x.p_kind <=> v_kind AS lim,
                            COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
                                     AND JSON_UNQUOTE(JSON_EXTRACT(x.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS expired
@@ -403,6 +405,7 @@ BEGIN
             IF v_held > 0 THEN
                 SET out_ids = CONCAT(out_ids, IF(out_ids = '', '', ','), v_ids), out_count = out_count + v_held,
                     v_lim_ids = CONCAT(v_lim_ids, IF(v_lim_ids = '' OR v_lids IS NULL, '', ','), COALESCE(v_lids, '')),
+                    v_lim_atts = CONCAT(v_lim_atts, IF(v_lim_atts = '' OR v_latts IS NULL, '', ','), COALESCE(v_latts, '')),
                     v_lused = v_lused + v_lheld, v_max_att = GREATEST(v_max_att, v_att), v_any_exp = v_any_exp OR v_exp;
             END IF;
         END IF;
@@ -411,7 +414,7 @@ BEGIN
     IF v_ok = 1 AND (v_below OR (in_max IS NOT NULL AND v_max_att >= in_max) OR v_any_exp) THEN
         SET out_ids = NULL, out_count = NULL;
     ELSEIF v_ok = 1 THEN
-        SET out_ids = CONCAT('[', out_ids, ']'), v_lim_ids = CONCAT('[', v_lim_ids, ']');
+        SET out_ids = CONCAT('[', out_ids, ']'), v_free = REPLACE(REPLACE(REPLACE(v_free, '[', ''), ']', ''), ' ', '');
         UPDATE JSON_TABLE(out_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS j
           STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
            SET m.scheduled_at = v_until, m.attempts = m.attempts + 1, m.reserved_by = in_worker,
@@ -420,12 +423,13 @@ BEGIN
                    9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
         IF ROW_COUNT() <> out_count THEN SET out_ids = NULL, out_count = NULL; END IF;  -- (never: the rows are locked)
         IF out_count > 0 AND v_lused > 0 THEN  -- the limited kind's claims take the free slots, in order
-            UPDATE JSON_TABLE(v_lim_ids, '$[*]' COLUMNS (o FOR ORDINALITY, c_id BIGINT PATH '$')) AS c
-              STRAIGHT_JOIN pyqueue_limit_slot s FORCE INDEX (PRIMARY)
-                ON s.queue_name = in_queue AND s.p_kind = v_kind
-               AND s.slot_no = JSON_VALUE(v_free, CONCAT('$[', c.o - 1, ']'))
-              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-               SET s.msg_id = m.id, s.msg_attempts = m.attempts, s.msg_until = v_until;
+            -- (the i-th claim, its attempts as locked + 1, the i-th free slot, v_free now a list of them: one table
+            -- updated, no join, whose buffer of rows to update, keyed by the slot's long primary key, went to disk)
+            UPDATE pyqueue_limit_slot s FORCE INDEX (PRIMARY)
+               SET s.msg_id = CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(v_lim_ids, ',', FIND_IN_SET(s.slot_no, v_free)), ',', -1) AS SIGNED),
+                   s.msg_attempts = CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(v_lim_atts, ',', FIND_IN_SET(s.slot_no, v_free)), ',', -1) AS SIGNED) + 1,
+                   s.msg_until = v_until
+             WHERE s.queue_name = in_queue AND s.p_kind = v_kind AND FIND_IN_SET(s.slot_no, v_free) BETWEEN 1 AND v_lused;
             IF ROW_COUNT() <> v_lused THEN SET out_ids = NULL, out_count = NULL; END IF;  -- (never: slots locked)
         END IF;
         IF out_count > 0 AND v_unit_list IS NOT NULL THEN  -- the units used, written with the reservation's time
