@@ -397,6 +397,7 @@ BEGIN
     DECLARE v_tries INT DEFAULT 0;
     DECLARE v_own INT DEFAULT in_own;  -- (the deadlock-retry handler's name for it)
     DECLARE v_gcl BIGINT DEFAULT @@SESSION.group_concat_max_len;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SELECT MAX(q.history_retention) IS NOT NULL INTO v_history FROM pyqueue_queue q WHERE q.queue_name = in_queue;
     SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
     -- the batch's groups, sorted: their rows are locked in that order
@@ -407,8 +408,8 @@ BEGIN
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, out_done = 0;
         BEGIN
-            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END IF; END;
-            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF in_own = 1 THEN ROLLBACK; END IF; SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF in_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
             IF in_own = 1 THEN START TRANSACTION; END IF;
             SELECT COUNT(*) INTO v_n
               FROM JSON_TABLE(v_groups, '$[*]' COLUMNS (
