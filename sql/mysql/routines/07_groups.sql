@@ -475,11 +475,7 @@ BEGIN
                   STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
                  WHERE m.queue_name = in_queue AND m.reserve_token = c.c_token AND m.group_key IS NOT NULL;
                 SET out_done = ROW_COUNT();
-                IF in_own = 1 THEN  -- its snapshot taken after the group rows were locked: plain reads exact
-                    CALL pyqueue__groups_commit_settle_set(in_queue, v_held, in_now);
-                ELSE
-                    CALL pyqueue__groups_commit_settle(in_queue, v_held, in_now);
-                END IF;
+                CALL pyqueue__groups_commit_settle(in_queue, v_held, in_now);
                 IF in_results THEN
                     -- the messages that wait for the ones that left: one locking probe of pyqueue_dependency each
                     SET v_deps = NULL;
@@ -576,96 +572,6 @@ BEGIN
         END IF;
     END LOOP;
     CLOSE c_groups;
-END //
-
--- pyqueue__groups_commit_settle_set: pyqueue__groups_commit_settle in a transaction of pyqueue__groups_commit's own,
--- a few statements for all the groups at once instead of a few a group: the blocked messages to start found a round
--- at a time (round j: the first blocked one of each group that still has room for j), each round one read and one
--- UPDATE by id, then the new heads in one read, the group rows written by one UPDATE and the empty ones deleted by one
--- DELETE. Its plain reads are exact: the transaction's snapshot is taken after it locked every group row of the batch,
--- and a group's blocked and live messages change only under its row (reserve and expiry move no message in or out of
--- a group's live ones). Inside a caller's transaction, whose snapshot may be older, pyqueue__groups_commit_settle
--- reads under locks instead. Locks: the started messages, the group rows (held already).
-DROP PROCEDURE IF EXISTS pyqueue__groups_commit_settle_set //
-CREATE PROCEDURE pyqueue__groups_commit_settle_set(
-    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN in_held  LONGTEXT     CHARACTER SET utf8mb4,
-    IN in_now   DATETIME(6))
-SQL SECURITY INVOKER
-BEGIN
-    DECLARE v_groups, v_ids, v_started LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_round INT DEFAULT 1;
-    DECLARE v_rounds INT;
-    -- each group once: [group_key, its head left, extra after, room]; extra after = live - 1 before any start
-    SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(a.g, a.hl, a.live - 1, GREATEST(a.k - a.live, 0)) SEPARATOR ','), ']'),
-           MAX(GREATEST(a.k - a.live, 0))
-      INTO v_groups, v_rounds
-      FROM (SELECT b.g, b.hl, GREATEST(1 + b.extra - b.n, 1 - b.hl) AS live,
-                   COALESCE((SELECT l.k FROM pyqueue_group_limit l WHERE l.queue_name = in_queue AND l.group_key = b.g),
-                            (SELECT l.k FROM pyqueue_group_limit l WHERE l.queue_name = in_queue AND l.group_key = ''),
-                            1) AS k
-              FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
-                      FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
-                               g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                               hl    INT PATH '$[2]',
-                               extra INT PATH '$[3]')) AS h
-                     WHERE h.extra IS NOT NULL  -- (a group row found)
-                     GROUP BY h.g) AS b) AS a;
-    SET v_started = '[]';
-    WHILE v_round <= v_rounds DO
-        -- the first blocked message of each group with room for one more, in (scheduled_at_initially, id) order
-        SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(x.g, x.id) SEPARATOR ','), ']') INTO v_ids
-          FROM (SELECT u.g, (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
-                              WHERE m.queue_name = in_queue AND m.group_key = u.g
-                                AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
-                              ORDER BY m.scheduled_at_initially, m.id
-                              LIMIT 1) AS id
-                  FROM JSON_TABLE(v_groups, '$[*]' COLUMNS (
-                           g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                           room INT PATH '$[3]')) AS u
-                 WHERE u.room >= v_round) AS x
-         WHERE x.id IS NOT NULL;
-        IF v_ids IS NULL THEN SET v_round = v_rounds; ELSE
-            UPDATE JSON_TABLE(v_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[1]')) AS c
-                   STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-               SET m.scheduled_at = GREATEST(m.scheduled_at_initially, in_now)
-             WHERE m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
-            SET v_started = JSON_MERGE_PRESERVE(v_started, v_ids);
-        END IF;
-        SET v_round = v_round + 1;
-    END WHILE;
-    -- each group: [group_key, live after - 1, the new head ([p_key, p_kind]) when its head left or none was live]
-    SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(y.g, y.extra + y.started,
-               IF(y.hl = 1 OR y.extra + 1 = 0,
-                  (SELECT JSON_ARRAY(m.p_key, m.p_kind) FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
-                    WHERE m.queue_name = in_queue AND m.group_key = y.g
-                      AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
-                    ORDER BY m.scheduled_at_initially, m.id
-                    LIMIT 1), NULL)) SEPARATOR ','), ']')
-      INTO v_groups
-      FROM (SELECT u.g, u.hl, u.extra, COALESCE(s.n, 0) AS started
-              FROM JSON_TABLE(v_groups, '$[*]' COLUMNS (
-                       g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                       hl    INT PATH '$[1]',
-                       extra INT PATH '$[2]')) AS u
-              LEFT JOIN (SELECT j.g, COUNT(*) AS n FROM JSON_TABLE(v_started, '$[*]' COLUMNS (
-                             g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]')) AS j
-                          GROUP BY j.g) AS s ON s.g = u.g) AS y;
-    DELETE g
-      FROM JSON_TABLE(v_groups, '$[*]' COLUMNS (
-               c_g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-               c_extra INT PATH '$[1]')) AS c
-      STRAIGHT_JOIN pyqueue_group g FORCE INDEX (PRIMARY) ON g.queue_name = in_queue AND g.group_key = c.c_g
-     WHERE c.c_extra < 0;
-    UPDATE JSON_TABLE(v_groups, '$[*]' COLUMNS (
-               c_g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-               c_extra INT PATH '$[1]',
-               c_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2][0]',
-               c_kind  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2][1]')) AS c
-           STRAIGHT_JOIN pyqueue_group g FORCE INDEX (PRIMARY) ON g.queue_name = in_queue AND g.group_key = c.c_g
-       SET g.head_key = COALESCE(c.c_key, g.head_key), g.head_kind = COALESCE(c.c_kind, g.head_kind),
-           g.extra = c.c_extra
-     WHERE c.c_extra >= 0;
 END //
 
 -- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key, result] of in_rows (the
