@@ -418,12 +418,12 @@ BEGIN
                FOR UPDATE;
             -- the messages still held, locked, each with its group row as it is now (a locking read, whatever the
             -- snapshot): [id, group_key, is its head, extra, p_key, p_kind, a schedule's occurrence]
-            SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.group_key,
+            SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(m.id, m.group_key,
                                                        COALESCE(g.head_key = m.p_key AND g.head_kind = m.p_kind, 0),
                                                        g.extra, m.p_key, m.p_kind,
                                                        m.p_key LIKE '%@____-__-__T__:__:__Z')
                                             SEPARATOR ','), ']'),
-                   COUNT(*), COALESCE(SUM(m.p_key LIKE '%@____-__-__T__:__:__Z'), 0)
+                   COUNT(DISTINCT m.id), COUNT(DISTINCT IF(m.p_key LIKE '%@____-__-__T__:__:__Z', m.id, NULL))
               INTO v_held, v_n, v_occs
               FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
                        c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS c
@@ -454,8 +454,10 @@ BEGIN
                                                  headers)
                     SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
                            m.created_at, in_now, 'committed', NULL, m.reserved_by, m.last_error, m.headers
-                      FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
-                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS c
+                      FROM (SELECT DISTINCT j.c_id, j.c_token  -- (a reservation named twice: archived once)
+                              FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                                       c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
+                             LIMIT 18446744073709551615) AS c
                       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
                      WHERE m.queue_name = in_queue AND m.reserve_token = c.c_token AND m.group_key IS NOT NULL;
                 END IF;
