@@ -187,6 +187,8 @@ DROP PROCEDURE IF EXISTS pyqueue__raise_undecided;
 DROP PROCEDURE IF EXISTS pyqueue__check_topic;
 DROP PROCEDURE IF EXISTS pyqueue__unclaim;
 DROP PROCEDURE IF EXISTS pyqueue__groups_leave;
+DROP PROCEDURE IF EXISTS pyqueue__groups_commit;
+DROP PROCEDURE IF EXISTS pyqueue__groups_commit_settle;
 DROP PROCEDURE IF EXISTS pyqueue__group_leave;
 DROP PROCEDURE IF EXISTS pyqueue__group_extra_left;
 DROP PROCEDURE IF EXISTS pyqueue__group_place;

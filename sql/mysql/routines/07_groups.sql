@@ -371,9 +371,215 @@ BEGIN
     UNTIL v_retry = 0 END REPEAT;
 END //
 
+-- pyqueue__groups_commit: pyqueue__groups_leave's 'commit' and 'commit_result' for a batch, set-based: the rows of
+-- in_rows ([id, p_key, p_kind, token, group_key, result], the result given on a queue that keeps results only) that
+-- their token still holds leave together, as each would through pyqueue__group_leave, in one transaction (in_own = 1:
+-- of its own, run again on a deadlock). Steps: the batch's group rows locked in group_key order (one statement, the
+-- groups sorted first); the messages still held locked, each read with its group row (head, extra); their outcomes
+-- 'succeeded' recorded (in_results), archived (the queue keeps history), the occurrences of a schedule advanced (as
+-- queue_commit), the rows deleted by id re-checking each token; then each group settled once for all its messages
+-- that left (pyqueue__groups_commit_settle), and the messages that wait for them told. out_done: how many left.
+-- Locks: the group rows in group_key order, the messages, the group's started messages, the result rows, until the
+-- transaction ends.
+DROP PROCEDURE IF EXISTS pyqueue__groups_commit //
+CREATE PROCEDURE pyqueue__groups_commit(
+    IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  in_rows    LONGTEXT     CHARACTER SET utf8mb4,
+    IN  in_results BOOLEAN,
+    IN  in_now     DATETIME(6),
+    IN  in_own     INT,
+    OUT out_done   INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_groups, v_held, v_deps LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_history BOOLEAN;
+    DECLARE v_i, v_n, v_occs, v_retry INT;
+    DECLARE v_tries INT DEFAULT 0;
+    DECLARE v_own INT DEFAULT in_own;  -- (the deadlock-retry handler's name for it)
+    DECLARE v_gcl BIGINT DEFAULT @@SESSION.group_concat_max_len;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
+    SELECT MAX(q.history_retention) IS NOT NULL INTO v_history FROM pyqueue_queue q WHERE q.queue_name = in_queue;
+    SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
+    -- the batch's groups, sorted: their rows are locked in that order
+    SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_QUOTE(r.g) ORDER BY r.g SEPARATOR ','), ']') INTO v_groups
+      FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
+               g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]')) AS r
+     WHERE r.g IS NOT NULL;
+    REPEAT
+        SET v_retry = 0, v_tries = v_tries + 1, out_done = 0;
+        BEGIN
+            DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
+            DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF in_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
+            IF in_own = 1 THEN START TRANSACTION; END IF;
+            SELECT COUNT(*) INTO v_n
+              FROM JSON_TABLE(v_groups, '$[*]' COLUMNS (
+                       g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS u
+              STRAIGHT_JOIN pyqueue_group g FORCE INDEX (PRIMARY) ON g.queue_name = in_queue AND g.group_key = u.g
+               FOR UPDATE;
+            -- the messages still held, locked, each with its group row as it is now (a locking read, whatever the
+            -- snapshot): [id, group_key, is its head, extra, p_key, p_kind, a schedule's occurrence]
+            SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(m.id, m.group_key,
+                                                       COALESCE(g.head_key = m.p_key AND g.head_kind = m.p_kind, 0),
+                                                       g.extra, m.p_key, m.p_kind,
+                                                       m.p_key LIKE '%@____-__-__T__:__:__Z')
+                                            SEPARATOR ','), ']'),
+                   COUNT(DISTINCT m.id), COUNT(DISTINCT IF(m.p_key LIKE '%@____-__-__T__:__:__Z', m.id, NULL))
+              INTO v_held, v_n, v_occs
+              FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                       c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS c
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+              LEFT JOIN pyqueue_group g FORCE INDEX (PRIMARY)
+                ON g.queue_name = m.queue_name AND g.group_key = m.group_key
+             WHERE m.queue_name = in_queue AND m.reserve_token = c.c_token AND m.group_key IS NOT NULL
+               FOR UPDATE;
+            IF v_n > 0 THEN
+                IF in_results THEN  -- their outcomes (a result given: element 5 of its row)
+                    INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts,
+                                                progress, finished_at)
+                    SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded',
+                           IF(c.c_result IS NULL OR JSON_TYPE(c.c_result) = 'NULL', NULL, c.c_result),
+                           NULL, m.attempts, m.progress, in_now
+                      FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
+                               c_result JSON PATH '$[5]')) AS c
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+                     WHERE m.queue_name = in_queue AND m.reserve_token = c.c_token AND m.group_key IS NOT NULL
+                    ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result),
+                                            last_error = VALUES(last_error), attempts = VALUES(attempts),
+                                            progress = VALUES(progress), finished_at = VALUES(finished_at);
+                END IF;
+                IF v_history THEN
+                    INSERT INTO pyqueue_history (queue_name, p_key, p_kind, payload, priority, attempts,
+                                                 created_at, processed_at, outcome, to_queue, reserved_by, last_error,
+                                                 headers)
+                    SELECT m.queue_name, m.p_key, m.p_kind, m.payload, m.priority, m.attempts,
+                           m.created_at, in_now, 'committed', NULL, m.reserved_by, m.last_error, m.headers
+                      FROM (SELECT DISTINCT j.c_id, j.c_token  -- (a reservation named twice: archived once)
+                              FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                                       c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
+                             LIMIT 18446744073709551615) AS c
+                      STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+                     WHERE m.queue_name = in_queue AND m.reserve_token = c.c_token AND m.group_key IS NOT NULL;
+                END IF;
+                SET v_i = 0;
+                WHILE v_occs > 0 AND v_i < v_n DO  -- a schedule's occurrences (held, locked above): as queue_commit
+                    IF JSON_EXTRACT(v_held, CONCAT('$[', v_i, '][6]')) = 1 THEN
+                        CALL pyqueue__schedule_next(in_queue,
+                            JSON_UNQUOTE(JSON_EXTRACT(v_held, CONCAT('$[', v_i, '][4]'))),
+                            JSON_UNQUOTE(JSON_EXTRACT(v_held, CONCAT('$[', v_i, '][5]'))));
+                        SET v_occs = v_occs - 1;
+                    END IF;
+                    SET v_i = v_i + 1;
+                END WHILE;
+                DELETE m
+                  FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                           c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS c
+                  STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+                 WHERE m.queue_name = in_queue AND m.reserve_token = c.c_token AND m.group_key IS NOT NULL;
+                SET out_done = ROW_COUNT();
+                CALL pyqueue__groups_commit_settle(in_queue, v_held, in_now);
+                IF in_results THEN
+                    -- the messages that wait for the ones that left: one locking probe of pyqueue_dependency each
+                    SET v_deps = NULL;
+                    SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(d.p_key, d.p_kind) SEPARATOR ','), ']')
+                      INTO v_deps
+                      FROM JSON_TABLE(v_held, '$[*]' COLUMNS (
+                               c_k  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]',
+                               c_kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[5]')) AS c
+                      STRAIGHT_JOIN pyqueue_dependency d
+                        ON d.queue_name = in_queue AND d.p_key = c.c_k AND d.p_kind = c.c_kd
+                      LOCK IN SHARE MODE;
+                    CALL pyqueue__deps_left_many(in_queue, v_deps, TRUE, NULL);
+                END IF;
+            END IF;
+            IF in_own = 1 THEN COMMIT; END IF;
+        END;
+    UNTIL v_retry = 0 END REPEAT;
+    SET SESSION group_concat_max_len = v_gcl;
+END //
+
+-- pyqueue__groups_commit_settle: with their group rows locked, after the messages of in_held (as
+-- pyqueue__groups_commit's) left: each group settled once for all of its that left, in group_key order, as
+-- pyqueue__group_next and pyqueue__group_extra_left would one by one: live before = 1 + extra (the head and the
+-- others), after = that less the ones that left; the blocked messages first in (scheduled_at_initially, id) order
+-- start while fewer than its limit k (its own, else the queue's default, else 1) are live, due at their run time or
+-- in_now, whichever is later (one UPDATE ... ORDER BY ... LIMIT), or one when none is left live, whatever k; a group
+-- whose head left names its first live message in that order as head; extra = live - 1; a group with none live goes.
+-- A group without a row (none left) is skipped. Locks: the started messages (and the group's messages the ordered
+-- update steps over), the group rows (held already).
+DROP PROCEDURE IF EXISTS pyqueue__groups_commit_settle //
+CREATE PROCEDURE pyqueue__groups_commit_settle(
+    IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN in_held  LONGTEXT     CHARACTER SET utf8mb4,
+    IN in_now   DATETIME(6))
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_left, v_head_left, v_extra, v_k, v_live, v_need, v_started INT;
+    DECLARE v_end INT DEFAULT 0;
+    DECLARE c_groups CURSOR FOR
+        SELECT a.g, a.n, a.hl, a.extra,
+               COALESCE((SELECT l.k FROM pyqueue_group_limit l WHERE l.queue_name = in_queue AND l.group_key = a.g),
+                        (SELECT l.k FROM pyqueue_group_limit l WHERE l.queue_name = in_queue AND l.group_key = ''), 1)
+          FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
+                  FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
+                           g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           hl    INT PATH '$[2]',
+                           extra INT PATH '$[3]')) AS h
+                 WHERE h.extra IS NOT NULL  -- (a group row found)
+                 GROUP BY h.g) AS a
+         ORDER BY a.g;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
+    OPEN c_groups;
+    each_group: LOOP
+        FETCH c_groups INTO v_group, v_left, v_head_left, v_extra, v_k;
+        IF v_end = 1 THEN LEAVE each_group; END IF;
+        SET v_live = GREATEST(1 + v_extra - v_left, 1 - v_head_left), v_started = 0;
+        SET v_need = GREATEST(v_k - v_live, 0);
+        IF v_need > 0 THEN
+            UPDATE pyqueue_message FORCE INDEX (pyqueue_message_group_idx)
+               SET scheduled_at = GREATEST(scheduled_at_initially, in_now)
+             WHERE queue_name = in_queue AND group_key = v_group
+               AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+             ORDER BY scheduled_at_initially, id
+             LIMIT v_need;
+            SET v_started = ROW_COUNT();
+        END IF;
+        IF v_live + v_started = 0 THEN
+            DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = v_group;
+        ELSEIF v_head_left = 1 OR v_live = 0 THEN
+            SET v_key = NULL;
+            BEGIN
+                DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_key = NULL;
+                -- the first live one in the group's order (a locking read: as it is now)
+                SELECT m.p_key, m.p_kind INTO v_key, v_kind
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+                 WHERE m.queue_name = in_queue AND m.group_key = v_group
+                   AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                 ORDER BY m.scheduled_at_initially, m.id
+                 LIMIT 1
+                   FOR UPDATE;
+            END;
+            IF v_key IS NULL THEN
+                DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = v_group;
+            ELSE
+                UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind, extra = v_live + v_started - 1
+                 WHERE queue_name = in_queue AND group_key = v_group;
+            END IF;
+        ELSEIF v_live + v_started - 1 <> v_extra THEN
+            UPDATE pyqueue_group SET extra = v_live + v_started - 1
+             WHERE queue_name = in_queue AND group_key = v_group;
+        END IF;
+    END LOOP;
+    CLOSE c_groups;
+END //
+
 -- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key, result] of in_rows (the
 -- result, given to 'commit_result' only, may be left out), in group_key order (two calls lock their groups in one order); out_done: how many left; out_busy: JSON array of the ids a pop
--- left alone (group row busy), NULL when none.
+-- left alone (group row busy), NULL when none. 'commit' and 'commit_result' (a batch commit) go set-based instead:
+-- pyqueue__groups_commit, the whole batch in one transaction.
 DROP PROCEDURE IF EXISTS pyqueue__groups_leave //
 CREATE PROCEDURE pyqueue__groups_leave(
     IN  in_how   VARCHAR(16)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -385,7 +591,7 @@ CREATE PROCEDURE pyqueue__groups_leave(
     OUT out_done INT,
     OUT out_busy LONGTEXT     CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
-BEGIN
+body: BEGIN
     DECLARE v_id BIGINT;
     DECLARE v_key, v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -405,6 +611,10 @@ BEGIN
          ORDER BY r.c_group, r.c_id;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
     SET out_done = 0, out_busy = NULL;
+    IF in_how IN ('commit', 'commit_result') THEN  -- a batch commit: set-based
+        CALL pyqueue__groups_commit(in_queue, in_rows, in_how = 'commit_result', in_now, in_own, out_done);
+        LEAVE body;
+    END IF;
     OPEN c_rows;
     rows_loop: LOOP
         FETCH c_rows INTO v_id, v_key, v_kind, v_token, v_group, v_result;
