@@ -461,8 +461,8 @@ END //
 -- by JSON_TABLE; one read locates the rows; schedule occurrences one by one; one DELETE by id re-checks each token.
 -- With history or results, the rows still held are locked first, then archived in one INSERT, their outcomes
 -- 'succeeded' recorded in one INSERT, and deleted, in a transaction of its own in autocommit mode (run again on a
--- deadlock): a row another call removes meanwhile is never archived nor recorded. FIFO group messages go last, one by
--- one in group_key order (pyqueue__groups_leave).
+-- deadlock): a row another call removes meanwhile is never archived nor recorded. FIFO group messages go last, set-based
+-- in one transaction, each group settled once (pyqueue__groups_leave, pyqueue__groups_commit).
 -- Locks: the deleted rows, for one statement each step (with history or results: until the end of the transaction);
 -- schedule rows of occurrences; group rows; result rows.
 -- Steps: pyqueue__commit_batch_args (the checks), then pyqueue__commit_batch_plain or pyqueue__commit_batch_locate and
