@@ -383,7 +383,10 @@ def test_a_parents_commit_does_the_same_work_for_the_first_and_the_last_of_a_100
     )
     assert a.one("queue_commit_batch", parents, *args) == len(middle)
     last_but_one = _commit_work(a, parents, keys[998], held[keys[998]])
-    assert all(last_but_one[name] <= first[name] for name in first), (first, last_but_one)
+    # MariaDB's handler counters move by one now and then with InnoDB's own reads (one more key read in
+    # some runs, whichever parent commits); a cost that grew with the other parents would be hundreds
+    slack = 0 if a.dialect == "postgresql" else 2
+    assert all(last_but_one[name] <= first[name] + slack for name in first), (first, last_but_one)
     # and a few rows in all (measured: PostgreSQL 4 index entries read, 1 row updated, 1 deleted;
     # MariaDB 11-14 key reads, 5 next reads, 1 update, 2 deletes), not one per parent
     assert sum(last_but_one.values()) <= 40, last_but_one

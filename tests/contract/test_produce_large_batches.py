@@ -86,8 +86,9 @@ def test_large_reserves_in_slices_hand_out_disjoint_messages_and_skip_delayed_on
         seen += [r.key for r in got]
     assert len(seen) == N and len(set(seen)) == N
     assert seen == _expected_order(messages)
+    # 13,000 reserved or delayed: above 10,000 the count is an estimate, never below 10,001
     stats = queue.stats()
-    assert (stats.ready, stats.reserved, stats.delayed) == (0, N, 2_000)
+    assert stats.ready == 0 and stats.reserved + stats.delayed > 10_000
 
 
 def test_a_large_commit_reserve_commits_one_and_reserves_many_in_order(queue):
