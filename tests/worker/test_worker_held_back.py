@@ -109,3 +109,44 @@ def test_held_back_rounds_ask_only_for_what_settled(dsn, make_queue):
     # each round of the drain takes about what a flush of acknowledgements freed; the worker's
     # calls are its reserves, its acknowledgements and a few reads: never one per message
     assert stats.db_calls < MESSAGES / 3, stats
+
+
+@pytest.mark.only_dialect("postgresql")  # the dialect with LISTEN
+def test_a_held_back_wait_for_its_own_settles_reads_the_listen_connection_seldom(
+    dsn, make_queue, monkeypatch
+):
+    # Held back by a limit its own messages fill, the worker waits for their settles, looked at
+    # every HELD_SLICE (2 ms); its LISTEN connection is read only every HELD_LISTEN (25 ms), not at
+    # each look (that read took about half the worker's CPU). Handlers of 10 ms make each wait
+    # long enough for several looks. Counted: the reads of the LISTEN connection until the last
+    # message was handled, against what HELD_LISTEN allows in that time (and a few other waits');
+    # a read at each look makes about five a wait, hundreds in all.
+    from pyqueue_sql.dialects.postgresql import PostgreSQLListener
+    from pyqueue_sql.worker.dispatch import HELD_LISTEN
+
+    reads = []
+    read = PostgreSQLListener.wait_for_notification
+
+    def counted(self, conn, seconds):
+        reads.append(seconds)
+        return read(self, conn, seconds)
+
+    monkeypatch.setattr(PostgreSQLListener, "wait_for_notification", counted)
+    queue = make_queue()
+    queue.set_limit("noop", 64)
+    queue.push_many([(f"k{i}", "noop", {}) for i in range(MESSAGES)])
+    done = []
+    lock = threading.Lock()
+
+    def handle(job):
+        time.sleep(0.01)
+        with lock:
+            done.append(job.key)
+
+    worker = Worker(dsn, concurrency=16, poll_fallback=FALLBACK)
+    worker.add_handler(queue.name, handle)
+    started = time.monotonic()
+    with running(worker):
+        wait_for(lambda: len(done) >= MESSAGES, BOUND, f"{MESSAGES} messages handled")
+        took, n = time.monotonic() - started, len(reads)
+    assert n <= took / HELD_LISTEN + 10, (n, took)
