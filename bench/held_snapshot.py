@@ -1,7 +1,9 @@
 """A queue at full churn while another session of the same database holds a snapshot (a report):
 one client per system runs push 50, reserve 50, settle 50 as fast as it can; after --before s a
 second session reads another table inside REPEATABLE READ (PostgreSQL) or START TRANSACTION WITH
-CONSISTENT SNAPSHOT (MySQL/MariaDB) and keeps it --minutes. Method and table: bench/README.md."""
+CONSISTENT SNAPSHOT (MySQL/MariaDB) and keeps it --minutes; --holder dump: a real `pg_dump` /
+`mysqldump --single-transaction` of the database, its output read no further than its first bytes (a
+dump writing to a slow disk or network), holds it instead. Method and table: bench/README.md."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import multiprocessing as mp
 import os
 import queue
 import statistics
+import subprocess
 import time
+import urllib.parse
 import uuid
 
 import pyqueue_sql
@@ -27,6 +31,19 @@ HORIZON = {  # the server's own figure of what the snapshot holds back
               "SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'"),
 }  # fmt: skip
 HOLD = {"mysql": "START TRANSACTION WITH CONSISTENT SNAPSHOT", "postgresql": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}  # fmt: skip
+REPORT_ROWS = {"mysql": "SELECT seq FROM seq_1_to_200000", "postgresql": "SELECT generate_series(1, 200000)"}  # fmt: skip
+
+
+def _dump(dialect: str, dsn: str) -> subprocess.Popen:
+    """A consistent-snapshot dump of the whole database (200,000 report rows: far more than a pipe holds), started and
+    left blocked on its output once its first bytes are read: it keeps its snapshot until it is killed."""
+    u = urllib.parse.urlsplit(dsn)
+    cmd = (["pg_dump", dsn] if dialect == "postgresql" else ["mysqldump", "--single-transaction", "--quick", "-h",
+           u.hostname or "127.0.0.1", "-P", str(u.port or 3306), "-u", u.username or "root", u.path.lstrip("/")])  # fmt: skip
+    dump = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    if not dump.stdout.read(1) or time.sleep(1) or dump.poll() is not None:
+        raise SystemExit(f"held-snapshot: {cmd[0]} ended before the hold (exit {dump.poll()})")
+    return dump
 
 
 def _pyqueue(dialect: str, dsn: str):
@@ -263,7 +280,9 @@ def _setup(dialect: str, dsn: str, systems: list[str]) -> None:
         common.execute(dialect, dsn, *(ddl.replace("job", f"seg{s}") for s in range(SEGMENTS) for ddl in job))
         common.execute(dialect, dsn, f"CREATE TABLE rotor (id int PRIMARY KEY, current int NOT NULL, oldest int NOT NULL, since {ROTATE[dialect]['since']} NOT NULL)",
                        f"INSERT INTO rotor VALUES (1, 0, 0, {NOW[dialect]})")  # fmt: skip
-    common.execute(dialect, dsn, "CREATE TABLE report (id int PRIMARY KEY)", "INSERT INTO report VALUES (1)")
+    common.execute(
+        dialect, dsn, "CREATE TABLE report (id int PRIMARY KEY)", f"INSERT INTO report {REPORT_ROWS[dialect]}"
+    )
 
 
 def _window(series, times, systems, t0: float, t1: float) -> dict:
@@ -331,10 +350,11 @@ def run(args) -> dict:
         try:
             tick(t0 + args.before)
             base = row("before", args.before, min(10.0, args.before / 3), False)
-            # the report: a snapshot taken by a read of another table, kept open
-            holder = common.raw_connect(dialect, dsn, autocommit=dialect != "postgresql")
-            common.query(holder, HOLD[dialect])
-            common.query(holder, "SELECT count(*) FROM report")
+            # the report: a snapshot taken by a read of another table, kept open (or a dump's)
+            holder = _dump(dialect, dsn) if args.holder == "dump" else common.raw_connect(dialect, dsn, autocommit=dialect != "postgresql")  # fmt: skip
+            if args.holder == "report":
+                common.query(holder, HOLD[dialect])
+                common.query(holder, "SELECT count(*) FROM report")
             hold_at = time.perf_counter() - t0
             for prev, m in zip([0, *marks], marks):
                 tick(t0 + hold_at + m)
@@ -348,7 +368,10 @@ def run(args) -> dict:
                 p.join(timeout=30)
                 if p.is_alive():
                     p.terminate()
-            if holder is not None:
+            if isinstance(holder, subprocess.Popen):
+                holder.kill()
+                holder.wait()
+            elif holder is not None:
                 holder.rollback()
                 holder.close()
             after = time.perf_counter() - t0
@@ -373,7 +396,7 @@ def summary(out: dict) -> str:
         f"SELECT ... LIMIT {BATCH} FOR UPDATE SKIP LOCKED + UPDATE, DELETE by ids"
         + (f"; {SEGMENTS} job tables taking the pushes in turn, {PERIOD} s each, read oldest first, "
            "emptied by TRUNCATE TABLE" * ("rotate" in systems))
-        + f"); every reserve leases for {out.get('lease_s', 300)} s; a snapshot held from "
+        + f"); every reserve leases for {out.get('lease_s', 300)} s; a snapshot held ({out.get('holder', 'report')}) from "
         f"{res['hold_at_s']} s for {res['held_s']:.0f} s. Load average {out['load'][0]:.1f} before, "
         f"{out['load_after'][0]:.1f} after ({out['cpus']} CPUs). Each row: msg/s over the 30 s (at most) before it, "
         f"the ratio to the row \"before\", the reserve's time, the CPU a message of the system's server sessions "
@@ -395,6 +418,7 @@ def main(argv=None) -> int:
         ("--before", 60.0, "seconds of load before the hold, the baseline from 10 s (or a third) on"),
         ("--systems", "", f"comma-separated, of: {', '.join(SYSTEMS)} (default: the first 3)"),
         ("--lease", 300, "seconds a reserve leases its messages for, every system (default 300)"),
+        ("--holder", ("report", "dump"), "who holds the snapshot: a session that read a table, or a dump"),
         ("--out", "bench/results", "where held-snapshot-<dialect>.md and .json go"),
     )
     args = ap.parse_args(argv)
@@ -408,7 +432,7 @@ def main(argv=None) -> int:
         ap.error(f"{', '.join(other)}: not on {args.dialect}")
     common.exit_on_sigterm()
     out = {"started": common.now_utc(), "command": common.command(), "dialect": args.dialect,
-           "minutes": args.minutes, "lease_s": LEASE, "systems": args.systems, "load": common.loadavg(), "cpus": os.cpu_count()}  # fmt: skip
+           "minutes": args.minutes, "lease_s": LEASE, "holder": args.holder, "systems": args.systems, "load": common.loadavg(), "cpus": os.cpu_count()}  # fmt: skip
     out["result"] = run(args)
     out["load_after"] = common.loadavg()
     common.write(args.out, f"held-snapshot-{args.dialect}", summary(out), out, tag="")
