@@ -25,9 +25,7 @@ END //
 -- apart is refused in one line (a second: a thread the scheduler holds back is not refused), and the SET that
 -- follows puts the session back on the server's clock, so that a timestamp set within that second moves nothing
 -- either (a caller's SET timestamp lasts until its next such call). (A server started with --sysdate-is-now makes
--- SYSDATE() NOW(): nothing is refused there, and the SET still holds.) Takes no locks. The message path's routines (queue_push and
--- queue_push_with_headers, queue_reserve, queue_commit, queue_commit_reserve, queue_commit_batch) run its test and
--- its SET inline, in one line, and CALL it only to refuse: a nested CALL costs a call about 12 us of server CPU.
+-- SYSDATE() NOW(): nothing is refused there, and the SET still holds.) Takes no locks.
 DROP PROCEDURE IF EXISTS pyqueue__check_clock //
 CREATE PROCEDURE pyqueue__check_clock()
 SQL SECURITY INVOKER

@@ -28,7 +28,7 @@ BEGIN
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_own, v_tries INT DEFAULT 0;
     DECLARE v_max_payload BIGINT;
-    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000 THEN CALL pyqueue__check_clock(); END IF; SET timestamp = DEFAULT;
+    CALL pyqueue__check_clock();
     -- The common case (every argument plainly valid) in one expression; anything else through the full checks
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
@@ -93,7 +93,7 @@ BEGIN
     DECLARE v_now, v_at DATETIME(6);
     DECLARE v_own, v_tries INT DEFAULT 0;
     DECLARE v_max_payload BIGINT;
-    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000 THEN CALL pyqueue__check_clock(); END IF; SET timestamp = DEFAULT;
+    CALL pyqueue__check_clock();
     -- The common case (every argument plainly valid) in one expression; anything else through the full checks
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')

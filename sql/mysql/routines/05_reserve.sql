@@ -1371,7 +1371,7 @@ BEGIN
     DECLARE v_gcl BIGINT;
     DECLARE v_own, v_txn INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
-    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000 THEN CALL pyqueue__check_clock(); END IF; SET timestamp = DEFAULT;
+    CALL pyqueue__check_clock();
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
         AND LOCATE(X'ED', CAST(CONCAT(in_queue, COALESCE(in_worker, '')) AS BINARY)) = 0
         AND in_kinds IS NULL AND COALESCE(in_n = TRUNCATE(in_n, 0) AND in_n BETWEEN 1 AND 2147483647, TRUE)

@@ -362,7 +362,7 @@ body: BEGIN
     DECLARE v_found, v_attempts INT;
     DECLARE v_error VARCHAR(2000) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_progress LONGTEXT CHARACTER SET utf8mb4;
-    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000 THEN CALL pyqueue__check_clock(); END IF; SET timestamp = DEFAULT;
+    CALL pyqueue__check_clock();
     IF (    CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
             AND CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
             AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')

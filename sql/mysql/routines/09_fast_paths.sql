@@ -570,7 +570,7 @@ BEGIN
     DECLARE v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_rated LONGTEXT CHARACTER SET utf8mb4;  -- (pyqueue__reserve_limited's pop claims: unused here)
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF v_txn = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
-    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000 THEN CALL pyqueue__check_clock(); END IF; SET timestamp = DEFAULT;
+    CALL pyqueue__check_clock();
     IF (CHAR_LENGTH(in_queue) BETWEEN 1 AND 128 AND NOT (in_queue LIKE '% ')
         AND (NOT v_commit OR (CHAR_LENGTH(in_key) BETWEEN 1 AND 255 AND NOT (in_key LIKE '% ')
              AND CHAR_LENGTH(in_kind) BETWEEN 1 AND 128 AND NOT (in_kind LIKE '% ')
@@ -694,7 +694,7 @@ CREATE PROCEDURE queue_commit_batch(
 SQL SECURITY DEFINER
 BEGIN
     DECLARE v_done INT;
-    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000 THEN CALL pyqueue__check_clock(); END IF; SET timestamp = DEFAULT;
+    CALL pyqueue__check_clock();
     CALL pyqueue__commit_batch(in_queue, in_keys, in_kinds, in_tokens, NULL, v_done);
     SELECT v_done AS committed;
 END //
