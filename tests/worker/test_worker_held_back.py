@@ -24,9 +24,10 @@ BOUND = 30.0  # generous: the drain needs well under a second on a quiet machine
 MESSAGES = 500
 
 
-def drain(dsn, queue, **push) -> tuple[float, Worker]:
-    """Pushes MESSAGES no-op messages, then runs a worker of 16 handlers until each was handled
-    (or BOUND passed); (the seconds it took, the worker)."""
+def drain(dsn, queue, sleep: float = 0.0, seen=None, **push) -> tuple[float, Worker]:
+    """Pushes MESSAGES no-op messages (each handler sleeps `sleep` s), then runs a worker of 16
+    handlers until each was handled (or BOUND passed); (the seconds it took, the worker). seen(),
+    when given, is called as the last one is handled, before the worker stops."""
     groups = push.pop("groups", None)
     queue.push_many(
         [
@@ -38,6 +39,7 @@ def drain(dsn, queue, **push) -> tuple[float, Worker]:
     lock = threading.Lock()
 
     def handle(job):
+        time.sleep(sleep)
         with lock:
             done.append(job.key)
 
@@ -47,6 +49,8 @@ def drain(dsn, queue, **push) -> tuple[float, Worker]:
     with running(worker):
         wait_for(lambda: len(done) >= MESSAGES, BOUND, f"{MESSAGES} messages handled")
         took = time.monotonic() - started
+        if seen is not None:
+            seen()
     assert sorted(set(done)) == sorted(f"k{i}" for i in range(MESSAGES))
     return took, worker
 
@@ -134,19 +138,6 @@ def test_a_held_back_wait_for_its_own_settles_reads_the_listen_connection_seldom
     monkeypatch.setattr(PostgreSQLListener, "wait_for_notification", counted)
     queue = make_queue()
     queue.set_limit("noop", 64)
-    queue.push_many([(f"k{i}", "noop", {}) for i in range(MESSAGES)])
-    done = []
-    lock = threading.Lock()
-
-    def handle(job):
-        time.sleep(0.01)
-        with lock:
-            done.append(job.key)
-
-    worker = Worker(dsn, concurrency=16, poll_fallback=FALLBACK)
-    worker.add_handler(queue.name, handle)
-    started = time.monotonic()
-    with running(worker):
-        wait_for(lambda: len(done) >= MESSAGES, BOUND, f"{MESSAGES} messages handled")
-        took, n = time.monotonic() - started, len(reads)
-    assert n <= took / HELD_LISTEN + 10, (n, took)
+    counts = []
+    took, _ = drain(dsn, queue, sleep=0.01, seen=lambda: counts.append(len(reads)))
+    assert counts[0] <= took / HELD_LISTEN + 10, (counts[0], took)
