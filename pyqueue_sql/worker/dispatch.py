@@ -3,10 +3,12 @@ when nothing is ready) and each message's way through its handler to its commit 
 
 When nothing is ready the dispatcher waits until the earliest of: a wakeup (LISTEN, or the
 long poll's ready message), the next scheduled_at the server reports (queue_next_scheduled_at),
-the poll fallback, a re-check one `linger` after a wakeup, and the time a message this worker
-failed with a retry delay since becomes ready again (RetryDue). The last one matters because a
-failure with a delay sends no wakeup: without it a dispatcher already waiting when a handler
-failed (any worker of more than one handler slot) would sleep to the poll fallback.
+the poll fallback, two re-checks after a wakeup (DRAINED_RECHECK, then one `linger` after it),
+and the time a message this worker failed with a retry delay since becomes ready again
+(RetryDue). The last one matters because a failure with a delay sends no wakeup: without it a
+dispatcher already waiting when a handler failed (any worker of more than one handler slot)
+would sleep to the poll fallback. The re-checks cover the pushes whose NOTIFY the throttle left
+out (pyqueue__notify): another transaction's wakeup of the same window may have come first.
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ WAIT_SLICE = 0.25
 HELD_SLICE = 0.002
 HELD_MIN = 0.01
 HELD_MAX = 0.5
+
+# After a LISTEN round that got fewer messages than it asked for, the reserve loop waits for the next
+# wakeup rather than reserving again at once, up to this many seconds: the default notify
+# window of the PostgreSQL push routines (pyqueue__notify), within which a push may skip its NOTIFY
+# for another transaction's that the round's snapshot may already have passed.
+DRAINED_RECHECK = 0.005
 
 # The prefetch holds at most about this many seconds of the handlers' work (by their average
 # time so far), so that slow handlers do not sit on messages other workers could run.
@@ -331,6 +339,7 @@ class ReserveLoop:
     def reserve_loop_steps(self):
         poll = self.settings.poll_min
         recheck_at: float | None = None
+        late_recheck: float | None = None  # the re-check one linger after a wakeup, after its early one
         long_poll = self.long_poll()
         nothing_ready = False  # the last long poll timed out: no reserve needed
         probe = False  # the last client-side poll timed out: read the next scheduled_at first
@@ -409,6 +418,9 @@ class ReserveLoop:
                         yield from self.held_wait_steps(held)
                 short = got < asked
                 took = True
+                if short and self.worker.use_listen and not held.on and budget is None:
+                    if not (yield from self.drained_wait_steps(seen)):
+                        recheck_at, late_recheck = late_recheck, None  # the next round re-checks
                 continue
             yield Hooks(self.on_idle, None)
             # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
@@ -442,7 +454,7 @@ class ReserveLoop:
                 continue
             held.on = settles.held = False
             timeout, poll = self.idle_timeout(poll, due, recheck_at)
-            recheck_at = None
+            recheck_at, late_recheck = late_recheck, None
             # A message this worker holds may free one when it settles (a FIFO group's next one):
             # the wait ends when one of its settles ends (see HELD_SLICE).
             watch = settles.owed > 0 or bool(self.worker._jobs())
@@ -450,11 +462,29 @@ class ReserveLoop:
                 continue  # one ended since the reserve: reserve again now
             woke = yield from self.wait_steps(timeout, seen if watch else None)
             if woke and self.worker.use_listen and settles.done == seen:  # a wakeup, not a settle
-                recheck_at = self.state.clock() + self.settings.linger
+                # re-checks: DRAINED_RECHECK after it (a push of the same window that skipped its
+                # NOTIFY, committed after this round's snapshot), then one linger after it
+                now = self.state.clock()
+                recheck_at = now + min(DRAINED_RECHECK, self.settings.linger)
+                late_recheck = now + self.settings.linger
             # queue_wait watches the next scheduled_at itself, so a timed-out
             # long poll goes straight into the next one (one query per wait).
             nothing_ready = long_poll and not woke and not self.state.wake_queues
             probe = not long_poll and not self.worker.use_listen and not woke and not self.state.wake_queues
+
+    def drained_wait_steps(self, seen: int):
+        """A LISTEN round got fewer than it asked for (a steady stream: the queue was drained at its
+        snapshot): no empty round at once, a wait for the next push's wakeup instead (a push that
+        committed while the round ran has its notification buffered: the wait ends at once), at
+        most DRAINED_RECHECK (a push that skipped its NOTIFY for another transaction's of the same
+        window, which was delivered before this round's snapshot), and when one of this worker's
+        settles ends (one may free a FIFO group's next message). False: it waited its time out."""
+        if self.state.wake_queues:
+            return True
+        watch = self.state.settles.owed > 0 or bool(self.worker._jobs())
+        if watch and self.state.settles.done != seen:
+            return True
+        return (yield from self.wait_steps(DRAINED_RECHECK, seen if watch else None))
 
     def held_wait_steps(self, held: HeldBack):
         """Held back: waits until one of this worker's settles ends (at once if one ended since the

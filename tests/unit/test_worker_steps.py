@@ -15,7 +15,14 @@ import pytest
 from pyqueue_sql import InvalidArgumentError
 from pyqueue_sql.client import Renewal, Reservation
 from pyqueue_sql.worker import Job, RetryPolicy, Worker, idle_timeout, wait_left
-from pyqueue_sql.worker.dispatch import HELD_MAX, HELD_MIN, WAIT_SLICE, RetryDue, earliest_due
+from pyqueue_sql.worker.dispatch import (
+    DRAINED_RECHECK,
+    HELD_MAX,
+    HELD_MIN,
+    WAIT_SLICE,
+    RetryDue,
+    earliest_due,
+)
 from pyqueue_sql.worker.steps import (
     HARD_STOP,
     RECONNECT,
@@ -211,7 +218,10 @@ def dispatcher_until_listening(
     call = steps.answer()
     # As many as it has handlers (no handler has finished yet: no prefetch).
     assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency)
-    assert steps.answer(reserved) == WAIT_SLOTS
+    # fewer than it asked for: a wait for a wakeup, up to DRAINED_RECHECK, before the next round
+    drained = steps.answer(reserved)
+    assert isinstance(drained, Listen) and drained.deadline == pytest.approx(clock.now + DRAINED_RECHECK)
+    assert steps.answer(False) == WAIT_SLOTS
     call = steps.answer()
     assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency - len(reserved))
     assert steps.answer([]) == Hooks(worker.on_idle, None)
@@ -302,7 +312,8 @@ def test_a_retry_due_just_after_a_snooze_is_reserved_without_waiting_for_the_fal
     assert listen_until_it_ends(worker, clock, listen.deadline) is False
     assert steps.answer(False) == WAIT_SLOTS
     assert steps.answer().method == "reserve"
-    assert steps.answer([snoozed]) == WAIT_SLOTS  # the snooze's message, taken
+    assert isinstance(steps.answer([snoozed]), Listen)  # the snooze's message, taken; a drained wait
+    assert steps.answer(False) == WAIT_SLOTS
     assert steps.answer().method == "reserve"
     clock.now = retry_at + 0.01  # a loaded machine: the retry came due during this round
     assert steps.answer([]) == Hooks(worker.on_idle, None)
