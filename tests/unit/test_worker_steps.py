@@ -282,6 +282,33 @@ def test_a_retry_scheduled_while_the_dispatcher_waits_ends_the_wait_when_it_is_d
     assert worker.state.retry_due.at is None  # reached: forgotten
 
 
+def test_after_a_wakeup_an_empty_round_re_checks_soon_then_a_linger_after_it():
+    """A wakeup whose round finds nothing (its message taken by an earlier round, or the push
+    skipped its NOTIFY for another transaction's of the same window and commits after this
+    round's snapshot): the next round comes DRAINED_RECHECK after the wakeup, the one after a
+    linger after it, then the wait lasts to the fallback."""
+    worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0, linger=0.1)
+    steps, listen = dispatcher_until_listening(worker, clock, [reservation()])
+    worker._release(worker._pending.get_nowait())  # its handler ended: nothing of its own to settle
+
+    def empty_round() -> Listen:
+        assert steps.op == WAIT_SLOTS
+        assert steps.answer().method == "reserve"
+        assert steps.answer([]) == Hooks(worker.on_idle, None)
+        assert steps.answer().method == "next_scheduled_at"
+        listen = steps.answer((None, None))
+        assert isinstance(listen, Listen)
+        return listen
+
+    woke_at = clock.now = clock.now + 1.0
+    steps.answer(True)  # a wakeup
+    for deadline in (woke_at + DRAINED_RECHECK, woke_at + 0.1, woke_at + 0.1 + 60.0):
+        listen = empty_round()
+        assert listen.deadline == pytest.approx(deadline)
+        clock.now = listen.deadline
+        steps.answer(False)  # the wait ran its time out
+
+
 def test_every_retry_s_due_time_is_kept_not_only_the_earliest():
     """A snooze and a retry noted 50 ms apart: once the snooze's time has come, the wait still
     ends at the retry's, without the server's next scheduled_at."""
