@@ -350,6 +350,7 @@ class ReserveLoop:
         took = False  # the last round got messages
         due_at: float | None = None  # the next scheduled_at the last read of it reported (clock)
         read_at = float("-inf")  # when it was read (clock)
+        waited = False  # the last wait was an idle or drained one, not cut short by work in hand
         while not self.state.stopping.is_set():
             if self.settings.max_jobs is not None and self.state.stats.reserved >= self.settings.max_jobs:
                 yield from self.max_jobs_steps()
@@ -376,6 +377,7 @@ class ReserveLoop:
             if self.state.stopping.is_set():
                 break
             self.state.retry_due.reached(self.state.clock())
+            after_wait, waited = waited, False  # this round follows an idle wait (a stream's wakeup)
             # None: not held back, each queue is asked for all it may take
             budget = held.budget(busy=settles.owed > 0 or bool(self.worker._jobs()))
             got = asked = 0
@@ -418,7 +420,8 @@ class ReserveLoop:
                         yield from self.held_wait_steps(held)
                 short = got < asked
                 took = True
-                if short and self.worker.use_listen and not held.on and budget is None:
+                if short and after_wait and self.worker.use_listen and not held.on and budget is None:
+                    waited = True
                     if not (yield from self.drained_wait_steps(seen)):
                         recheck_at, late_recheck = late_recheck, None  # the next round re-checks
                 continue
@@ -461,6 +464,7 @@ class ReserveLoop:
             if watch and settles.done != seen:
                 continue  # one ended since the reserve: reserve again now
             woke = yield from self.wait_steps(timeout, seen if watch else None)
+            waited = True
             if woke and self.worker.use_listen and settles.done == seen:  # a wakeup, not a settle
                 # re-checks: DRAINED_RECHECK after it (a push of the same window that skipped its
                 # NOTIFY, committed after this round's snapshot), then one linger after it

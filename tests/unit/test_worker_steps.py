@@ -218,10 +218,7 @@ def dispatcher_until_listening(
     call = steps.answer()
     # As many as it has handlers (no handler has finished yet: no prefetch).
     assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency)
-    # fewer than it asked for: a wait for a wakeup, up to DRAINED_RECHECK, before the next round
-    drained = steps.answer(reserved)
-    assert isinstance(drained, Listen) and drained.deadline == pytest.approx(clock.now + DRAINED_RECHECK)
-    assert steps.answer(False) == WAIT_SLOTS
+    assert steps.answer(reserved) == WAIT_SLOTS
     call = steps.answer()
     assert (call.method, call.kwargs["n"]) == ("reserve", worker.concurrency - len(reserved))
     assert steps.answer([]) == Hooks(worker.on_idle, None)
@@ -307,6 +304,29 @@ def test_after_a_wakeup_an_empty_round_re_checks_soon_then_a_linger_after_it():
         assert listen.deadline == pytest.approx(deadline)
         clock.now = listen.deadline
         steps.answer(False)  # the wait ran its time out
+
+
+def test_a_stream_s_round_that_got_fewer_than_it_asked_waits_for_the_next_wakeup():
+    """A round after a wakeup gets fewer messages than it asked for (a steady stream: the queue
+    was drained at its snapshot): instead of an empty round at once it waits for the next wakeup,
+    at most DRAINED_RECHECK (a round that did not follow a wait, above, reserves again at once:
+    a backlog whose rows other reservers hold)."""
+    worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0)
+    steps, listen = dispatcher_until_listening(worker, clock, [reservation()])
+    clock.now += 1.0
+    assert steps.answer(True) == WAIT_SLOTS  # a wakeup
+    call = steps.answer()
+    assert call.method == "reserve" and call.kwargs["n"] == 3
+    drained = steps.answer([reservation(key="k2")])
+    assert isinstance(drained, Listen) and drained.deadline == pytest.approx(clock.now + DRAINED_RECHECK)
+    clock.now = drained.deadline
+    assert steps.answer(False) == WAIT_SLOTS  # its time out: the re-check
+    call = steps.answer()
+    assert call.method == "reserve" and call.kwargs["n"] == 2
+    # fewer twice in a row: one read of the next scheduled_at (a limit?), nothing due: waits again
+    assert steps.answer([reservation(key="k3")]).method == "next_scheduled_at"
+    drained = steps.answer((None, None))
+    assert isinstance(drained, Listen) and drained.deadline == pytest.approx(clock.now + DRAINED_RECHECK)
 
 
 def test_every_retry_s_due_time_is_kept_not_only_the_earliest():
