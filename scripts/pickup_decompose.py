@@ -31,8 +31,11 @@ import pyqueue_sql
 from bench import common
 
 
-def worker_proc(dsn: str, queue: str, ready, stop, out) -> None:
+def worker_proc(dsn: str, queue: str, ready, stop, out, recheck: float | None = None) -> None:
     from pyqueue_sql.worker import dispatch
+
+    if recheck is not None:
+        dispatch.DRAINED_RECHECK = recheck
 
     trace: list[tuple] = []
     loop = dispatch.ReserveLoop
@@ -92,11 +95,11 @@ def pct(values: list[float], p: int) -> float:
     )
 
 
-def measure(dsn: str, rate: float, batch: int, seconds: float) -> dict:
+def measure(dsn: str, rate: float, batch: int, seconds: float, recheck: float | None = None) -> dict:
     db, mp = pyqueue_sql.connect(dsn), multiprocessing.get_context("spawn")
     q = db.queue("bench.stream").create()
     ready, stop, out = mp.Event(), mp.Event(), mp.Queue()
-    proc = mp.Process(target=worker_proc, args=(dsn, q.name, ready, stop, out), daemon=True)
+    proc = mp.Process(target=worker_proc, args=(dsn, q.name, ready, stop, out, recheck), daemon=True)
     proc.start()
     ready.wait(60)
     time.sleep(2.0)
@@ -185,11 +188,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--drained-recheck", type=float, help="the worker's DRAINED_RECHECK (seconds) instead of its own"
+    )
     args = ap.parse_args()
     for r in range(args.rounds):
         with common.database("postgresql", "dec") as dsn:
             load = common.loadavg()[0]
-            m = measure(dsn, args.rate, args.batch, args.seconds)
+            m = measure(dsn, args.rate, args.batch, args.seconds, args.drained_recheck)
         print(json.dumps({"round": r + 1, "load": load} | m), flush=True)
 
 
