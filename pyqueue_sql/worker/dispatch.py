@@ -3,10 +3,12 @@ when nothing is ready) and each message's way through its handler to its commit 
 
 When nothing is ready the dispatcher waits until the earliest of: a wakeup (LISTEN, or the
 long poll's ready message), the next scheduled_at the server reports (queue_next_scheduled_at),
-the poll fallback, a re-check one `linger` after a wakeup, and the time a message this worker
-failed with a retry delay since becomes ready again (RetryDue). The last one matters because a
-failure with a delay sends no wakeup: without it a dispatcher already waiting when a handler
-failed (any worker of more than one handler slot) would sleep to the poll fallback.
+the poll fallback, two re-checks after a wakeup (DRAINED_RECHECK, then one `linger` after it),
+and the time a message this worker failed with a retry delay since becomes ready again
+(RetryDue). The last one matters because a failure with a delay sends no wakeup: without it a
+dispatcher already waiting when a handler failed (any worker of more than one handler slot)
+would sleep to the poll fallback. The re-checks cover the pushes whose NOTIFY the throttle left
+out (pyqueue__notify): another transaction's wakeup of the same window may have come first.
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ HELD_MAX = 0.5
 # another kind waits this long at most): read every HELD_SLICE, it took about half the worker's
 # CPU under a limit its own messages fill (PostgreSQL, limit 64: 53-59 µs a job against 28-34).
 HELD_LISTEN = 0.025
+
+# After a LISTEN round that got fewer messages than it asked for, the reserve loop waits for the next
+# wakeup rather than reserving again at once, up to this many seconds: the default notify
+# window of the PostgreSQL push routines (pyqueue__notify), within which a push may skip its NOTIFY
+# for another transaction's that the round's snapshot may already have passed.
+DRAINED_RECHECK = 0.005
 
 # The prefetch holds at most about this many seconds of the handlers' work (by their average
 # time so far), so that slow handlers do not sit on messages other workers could run.
@@ -336,6 +344,7 @@ class ReserveLoop:
     def reserve_loop_steps(self):
         poll = self.settings.poll_min
         recheck_at: float | None = None
+        late_recheck: float | None = None  # the re-check one linger after a wakeup, after its early one
         long_poll = self.long_poll()
         nothing_ready = False  # the last long poll timed out: no reserve needed
         probe = False  # the last client-side poll timed out: read the next scheduled_at first
@@ -346,6 +355,7 @@ class ReserveLoop:
         took = False  # the last round got messages
         due_at: float | None = None  # the next scheduled_at the last read of it reported (clock)
         read_at = float("-inf")  # when it was read (clock)
+        waited = False  # the last wait was an idle or drained one, not cut short by work in hand
         while not self.state.stopping.is_set():
             if self.settings.max_jobs is not None and self.state.stats.reserved >= self.settings.max_jobs:
                 yield from self.max_jobs_steps()
@@ -372,6 +382,7 @@ class ReserveLoop:
             if self.state.stopping.is_set():
                 break
             self.state.retry_due.reached(self.state.clock())
+            after_wait, waited = waited, False  # this round follows an idle wait (a stream's wakeup)
             # None: not held back, each queue is asked for all it may take
             budget = held.budget(busy=settles.owed > 0 or bool(self.worker._jobs()))
             got = asked = 0
@@ -414,6 +425,10 @@ class ReserveLoop:
                         yield from self.held_wait_steps(held)
                 short = got < asked
                 took = True
+                if short and after_wait and self.worker.use_listen and not held.on and budget is None:
+                    waited = True
+                    if not (yield from self.drained_wait_steps(seen)):
+                        recheck_at, late_recheck = late_recheck, None  # the next round re-checks
                 continue
             yield Hooks(self.on_idle, None)
             # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
@@ -447,19 +462,38 @@ class ReserveLoop:
                 continue
             held.on = settles.held = False
             timeout, poll = self.idle_timeout(poll, due, recheck_at)
-            recheck_at = None
+            recheck_at, late_recheck = late_recheck, None
             # A message this worker holds may free one when it settles (a FIFO group's next one):
             # the wait ends when one of its settles ends (see HELD_SLICE).
             watch = settles.owed > 0 or bool(self.worker._jobs())
             if watch and settles.done != seen:
                 continue  # one ended since the reserve: reserve again now
             woke = yield from self.wait_steps(timeout, seen if watch else None)
+            waited = True
             if woke and self.worker.use_listen and settles.done == seen:  # a wakeup, not a settle
-                recheck_at = self.state.clock() + self.settings.linger
+                # re-checks: DRAINED_RECHECK after it (a push of the same window that skipped its
+                # NOTIFY, committed after this round's snapshot), then one linger after it
+                now = self.state.clock()
+                recheck_at = now + min(DRAINED_RECHECK, self.settings.linger)
+                late_recheck = now + self.settings.linger
             # queue_wait watches the next scheduled_at itself, so a timed-out
             # long poll goes straight into the next one (one query per wait).
             nothing_ready = long_poll and not woke and not self.state.wake_queues
             probe = not long_poll and not self.worker.use_listen and not woke and not self.state.wake_queues
+
+    def drained_wait_steps(self, seen: int):
+        """A LISTEN round got fewer than it asked for (a steady stream: the queue was drained at its
+        snapshot): no empty round at once, a wait for the next push's wakeup instead (a push that
+        committed while the round ran has its notification buffered: the wait ends at once), at
+        most DRAINED_RECHECK (a push that skipped its NOTIFY for another transaction's of the same
+        window, which was delivered before this round's snapshot), and when one of this worker's
+        settles ends (one may free a FIFO group's next message). False: it waited its time out."""
+        if self.state.wake_queues:
+            return True
+        watch = self.state.settles.owed > 0 or bool(self.worker._jobs())
+        if watch and self.state.settles.done != seen:
+            return True
+        return (yield from self.wait_steps(DRAINED_RECHECK, seen if watch else None))
 
     def held_wait_steps(self, held: HeldBack):
         """Held back: waits until one of this worker's settles ends (at once if one ended since the

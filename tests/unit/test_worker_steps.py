@@ -15,7 +15,14 @@ import pytest
 from pyqueue_sql import InvalidArgumentError
 from pyqueue_sql.client import Renewal, Reservation
 from pyqueue_sql.worker import Job, RetryPolicy, Worker, idle_timeout, wait_left
-from pyqueue_sql.worker.dispatch import HELD_MAX, HELD_MIN, WAIT_SLICE, RetryDue, earliest_due
+from pyqueue_sql.worker.dispatch import (
+    DRAINED_RECHECK,
+    HELD_MAX,
+    HELD_MIN,
+    WAIT_SLICE,
+    RetryDue,
+    earliest_due,
+)
 from pyqueue_sql.worker.steps import (
     HARD_STOP,
     RECONNECT,
@@ -272,6 +279,56 @@ def test_a_retry_scheduled_while_the_dispatcher_waits_ends_the_wait_when_it_is_d
     assert worker.state.retry_due.at is None  # reached: forgotten
 
 
+def test_after_a_wakeup_an_empty_round_re_checks_soon_then_a_linger_after_it():
+    """A wakeup whose round finds nothing (its message taken by an earlier round, or the push
+    skipped its NOTIFY for another transaction's of the same window and commits after this
+    round's snapshot): the next round comes DRAINED_RECHECK after the wakeup, the one after a
+    linger after it, then the wait lasts to the fallback."""
+    worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0, linger=0.1)
+    steps, listen = dispatcher_until_listening(worker, clock, [reservation()])
+    worker._release(worker._pending.get_nowait())  # its handler ended: nothing of its own to settle
+
+    def empty_round() -> Listen:
+        assert steps.op == WAIT_SLOTS
+        assert steps.answer().method == "reserve"
+        assert steps.answer([]) == Hooks(worker.on_idle, None)
+        assert steps.answer().method == "next_scheduled_at"
+        listen = steps.answer((None, None))
+        assert isinstance(listen, Listen)
+        return listen
+
+    woke_at = clock.now = clock.now + 1.0
+    steps.answer(True)  # a wakeup
+    for deadline in (woke_at + DRAINED_RECHECK, woke_at + 0.1, woke_at + 0.1 + 60.0):
+        listen = empty_round()
+        assert listen.deadline == pytest.approx(deadline)
+        clock.now = listen.deadline
+        steps.answer(False)  # the wait ran its time out
+
+
+def test_a_stream_s_round_that_got_fewer_than_it_asked_waits_for_the_next_wakeup():
+    """A round after a wakeup gets fewer messages than it asked for (a steady stream: the queue
+    was drained at its snapshot): instead of an empty round at once it waits for the next wakeup,
+    at most DRAINED_RECHECK (a round that did not follow a wait, above, reserves again at once:
+    a backlog whose rows other reservers hold)."""
+    worker, clock = make_worker(PG, concurrency=4, poll_fallback=60.0)
+    steps, listen = dispatcher_until_listening(worker, clock, [reservation()])
+    clock.now += 1.0
+    assert steps.answer(True) == WAIT_SLOTS  # a wakeup
+    call = steps.answer()
+    assert call.method == "reserve" and call.kwargs["n"] == 3
+    drained = steps.answer([reservation(key="k2")])
+    assert isinstance(drained, Listen) and drained.deadline == pytest.approx(clock.now + DRAINED_RECHECK)
+    clock.now = drained.deadline
+    assert steps.answer(False) == WAIT_SLOTS  # its time out: the re-check
+    call = steps.answer()
+    assert call.method == "reserve" and call.kwargs["n"] == 2
+    # fewer twice in a row: one read of the next scheduled_at (a limit?), nothing due: waits again
+    assert steps.answer([reservation(key="k3")]).method == "next_scheduled_at"
+    drained = steps.answer((None, None))
+    assert isinstance(drained, Listen) and drained.deadline == pytest.approx(clock.now + DRAINED_RECHECK)
+
+
 def test_every_retry_s_due_time_is_kept_not_only_the_earliest():
     """A snooze and a retry noted 50 ms apart: once the snooze's time has come, the wait still
     ends at the retry's, without the server's next scheduled_at."""
@@ -302,7 +359,8 @@ def test_a_retry_due_just_after_a_snooze_is_reserved_without_waiting_for_the_fal
     assert listen_until_it_ends(worker, clock, listen.deadline) is False
     assert steps.answer(False) == WAIT_SLOTS
     assert steps.answer().method == "reserve"
-    assert steps.answer([snoozed]) == WAIT_SLOTS  # the snooze's message, taken
+    assert isinstance(steps.answer([snoozed]), Listen)  # the snooze's message, taken; a drained wait
+    assert steps.answer(False) == WAIT_SLOTS
     assert steps.answer().method == "reserve"
     clock.now = retry_at + 0.01  # a loaded machine: the retry came due during this round
     assert steps.answer([]) == Hooks(worker.on_idle, None)
