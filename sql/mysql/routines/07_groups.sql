@@ -499,15 +499,14 @@ BEGIN
 END //
 
 -- pyqueue__groups_commit_settle: with their group rows locked, after the messages of in_held (as
--- pyqueue__groups_commit's) left: each group settled once for all of its that left, as pyqueue__group_next and
--- pyqueue__group_extra_left would one by one: live before = 1 + extra (the head and the others), after = that less
--- the ones that left; the blocked messages first in (scheduled_at_initially, id) order start while fewer than its
--- limit k (its own, else the queue's default, else 1) are live, due at their run time or in_now, whichever is later
--- (one UPDATE ... ORDER BY ... LIMIT a group that has room, in group_key order), or one when none is left live,
--- whatever k; a group whose head left names its first live message in that order as head; extra = live - 1; a group
--- with none live goes. A group without a row (none left) is skipped. The plan, the new heads and the group rows'
--- writes are set-based (one statement each for the whole batch). Locks: the started messages (and the group's
--- messages the ordered update steps over), the new heads, the group rows (held already).
+-- pyqueue__groups_commit's) left: each group settled once for all of its that left, in group_key order, as
+-- pyqueue__group_next and pyqueue__group_extra_left would one by one: live before = 1 + extra (the head and the
+-- others), after = that less the ones that left; the blocked messages first in (scheduled_at_initially, id) order
+-- start while fewer than its limit k (its own, else the queue's default, else 1) are live, due at their run time or
+-- in_now, whichever is later (one UPDATE ... ORDER BY ... LIMIT), or one when none is left live, whatever k; a group
+-- whose head left names its first live message in that order as head; extra = live - 1; a group with none live goes.
+-- A group without a row (none left) is skipped. Locks: the started messages (and the group's messages the ordered
+-- update steps over), the group rows (held already).
 DROP PROCEDURE IF EXISTS pyqueue__groups_commit_settle //
 CREATE PROCEDURE pyqueue__groups_commit_settle(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -515,97 +514,66 @@ CREATE PROCEDURE pyqueue__groups_commit_settle(
     IN in_now   DATETIME(6))
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_plan, v_starts, v_final LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_need, v_writes, v_deletes INT;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_left, v_head_left, v_extra, v_k, v_live, v_need, v_started INT;
     DECLARE v_end INT DEFAULT 0;
-    DECLARE c_starts CURSOR FOR
-        SELECT p.g, p.need
-          FROM JSON_TABLE(v_plan, '$[*]' COLUMNS (
-                   g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                   need INT PATH '$[2]')) AS p
-         WHERE p.need > 0
-         ORDER BY p.g;
+    DECLARE c_groups CURSOR FOR
+        SELECT a.g, a.n, a.hl, a.extra,
+               COALESCE((SELECT l.k FROM pyqueue_group_limit l WHERE l.queue_name = in_queue AND l.group_key = a.g),
+                        (SELECT l.k FROM pyqueue_group_limit l WHERE l.queue_name = in_queue AND l.group_key = ''), 1)
+          FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
+                  FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
+                           g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           hl    INT PATH '$[2]',
+                           extra INT PATH '$[3]')) AS h
+                 WHERE h.extra IS NOT NULL  -- (a group row found)
+                 GROUP BY h.g) AS a
+         ORDER BY a.g;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
-    -- each group's plan: [group_key, live after the leaves, how many to start, its head left, extra before]
-    SELECT JSON_ARRAYAGG(JSON_ARRAY(b.g, b.live, GREATEST(b.k - b.live, 0), b.hl, b.extra)) INTO v_plan
-      FROM (SELECT a.g, a.hl, a.extra, GREATEST(1 + a.extra - a.n, 1 - a.hl) AS live,
-                   COALESCE(lg.k, ld.k, 1) AS k
-              FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
-                      FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
-                               g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                               hl    INT PATH '$[2]',
-                               extra INT PATH '$[3]')) AS h
-                     WHERE h.extra IS NOT NULL  -- (a group row found)
-                     GROUP BY h.g) AS a
-              LEFT JOIN pyqueue_group_limit lg ON lg.queue_name = in_queue AND lg.group_key = a.g
-              LEFT JOIN pyqueue_group_limit ld ON ld.queue_name = in_queue AND ld.group_key = '') AS b;
-    IF v_plan IS NOT NULL THEN
-        -- the starts, a group at a time (an ordered LIMIT reads only the group's first entries); [group_key, started]
-        OPEN c_starts;
-        each_start: LOOP
-            FETCH c_starts INTO v_group, v_need;
-            IF v_end = 1 THEN LEAVE each_start; END IF;
+    OPEN c_groups;
+    each_group: LOOP
+        FETCH c_groups INTO v_group, v_left, v_head_left, v_extra, v_k;
+        IF v_end = 1 THEN LEAVE each_group; END IF;
+        SET v_live = GREATEST(1 + v_extra - v_left, 1 - v_head_left), v_started = 0;
+        SET v_need = GREATEST(v_k - v_live, 0);
+        IF v_need > 0 THEN
             UPDATE pyqueue_message FORCE INDEX (pyqueue_message_group_idx)
                SET scheduled_at = GREATEST(scheduled_at_initially, in_now)
              WHERE queue_name = in_queue AND group_key = v_group
                AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
              ORDER BY scheduled_at_initially, id
              LIMIT v_need;
-            SET v_starts = CONCAT(COALESCE(CONCAT(v_starts, ','), '['), JSON_ARRAY(v_group, ROW_COUNT()));
-        END LOOP;
-        CLOSE c_starts;
-        SET v_starts = COALESCE(CONCAT(v_starts, ']'), '[]');
-        -- each group's write: [group_key, 'h' (head and extra) / 'e' (extra) / 'd' (the row goes), extra, head];
-        -- the first live message of a group whose head left (or with none left live) by a locking read, as it is now
-        SELECT JSON_ARRAYAGG(JSON_ARRAY(f.g, f.act, f.lv - 1, f.hk, f.hkd)),
-               SUM(f.act <> 'd'), SUM(f.act = 'd')
-          INTO v_final, v_writes, v_deletes
-          FROM (SELECT p.g, p.lv, h.p_key AS hk, h.p_kind AS hkd,
-                       CASE WHEN p.lv = 0 OR (p.hd AND h.id IS NULL) THEN 'd'
-                            WHEN p.hd THEN 'h'
-                            WHEN p.lv - 1 <> p.extra THEN 'e' END AS act
-                  FROM (SELECT j.g, j.live + COALESCE(s.n, 0) AS lv, j.hl = 1 OR j.live = 0 AS hd, j.extra
-                          FROM JSON_TABLE(v_plan, '$[*]' COLUMNS (
-                                   g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                                   live  INT PATH '$[1]',
-                                   hl    INT PATH '$[3]',
-                                   extra INT PATH '$[4]')) AS j
-                          LEFT JOIN JSON_TABLE(v_starts, '$[*]' COLUMNS (
-                                   g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                                   n INT PATH '$[1]')) AS s ON s.g = j.g
-                         LIMIT 18446744073709551615) AS p
-                  LEFT JOIN pyqueue_message h FORCE INDEX (PRIMARY)
-                    ON h.id = CASE WHEN p.hd AND p.lv > 0 THEN
-                                   (SELECT x.id FROM pyqueue_message x FORCE INDEX (pyqueue_message_group_idx)
-                                     WHERE x.queue_name = in_queue AND x.group_key = p.g
-                                       AND x.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
-                                     ORDER BY x.scheduled_at_initially, x.id
-                                     LIMIT 1
-                                       FOR UPDATE) END
-                   FOR UPDATE) AS f
-         WHERE f.act IS NOT NULL;
-        IF v_writes > 0 THEN
-            UPDATE JSON_TABLE(v_final, '$[*]' COLUMNS (
-                       g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                       act   CHAR(1) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                       extra INT PATH '$[2]',
-                       hk    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
-                       hkd   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]')) AS w
-              STRAIGHT_JOIN pyqueue_group g FORCE INDEX (PRIMARY) ON g.queue_name = in_queue AND g.group_key = w.g
-               SET g.head_key = IF(w.act = 'h', w.hk, g.head_key), g.head_kind = IF(w.act = 'h', w.hkd, g.head_kind),
-                   g.extra = w.extra
-             WHERE w.act <> 'd';
+            SET v_started = ROW_COUNT();
         END IF;
-        IF v_deletes > 0 THEN
-            DELETE g
-              FROM JSON_TABLE(v_final, '$[*]' COLUMNS (
-                       g   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                       act CHAR(1) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS w
-              STRAIGHT_JOIN pyqueue_group g FORCE INDEX (PRIMARY) ON g.queue_name = in_queue AND g.group_key = w.g
-             WHERE w.act = 'd';
+        IF v_live + v_started = 0 THEN
+            DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = v_group;
+        ELSEIF v_head_left = 1 OR v_live = 0 THEN
+            SET v_key = NULL;
+            BEGIN
+                DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_key = NULL;
+                -- the first live one in the group's order (a locking read: as it is now)
+                SELECT m.p_key, m.p_kind INTO v_key, v_kind
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+                 WHERE m.queue_name = in_queue AND m.group_key = v_group
+                   AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                 ORDER BY m.scheduled_at_initially, m.id
+                 LIMIT 1
+                   FOR UPDATE;
+            END;
+            IF v_key IS NULL THEN
+                DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = v_group;
+            ELSE
+                UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind, extra = v_live + v_started - 1
+                 WHERE queue_name = in_queue AND group_key = v_group;
+            END IF;
+        ELSEIF v_live + v_started - 1 <> v_extra THEN
+            UPDATE pyqueue_group SET extra = v_live + v_started - 1
+             WHERE queue_name = in_queue AND group_key = v_group;
         END IF;
-    END IF;
+    END LOOP;
+    CLOSE c_groups;
 END //
 
 -- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key, result] of in_rows (the
