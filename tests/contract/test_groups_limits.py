@@ -72,6 +72,17 @@ def commit(raw, dialect, queue, held):
     assert rows and rows[0][0], ("commit failed", held)
 
 
+def commit_batch(raw, dialect, queue, held):
+    """queue_commit_batch of held [(key, kind, token)]: all of them must leave."""
+    ks, kinds, tokens = ([h[i] for h in held] for i in range(3))
+    if dialect == "postgresql":
+        rows = raw("SELECT queue_commit_batch(%s, %s, %s, %s::uuid[]::text[])", (queue, ks, kinds, tokens))
+    else:
+        args = (queue, json.dumps(ks), json.dumps(kinds), json.dumps(tokens))
+        rows = raw("CALL queue_commit_batch(%s, %s, %s, %s)", args)
+    assert rows and int(rows[0][0]) == len(held), ("batch commit", held, rows)
+
+
 def groups(raw, dialect, queue):
     """{group: (head_key, messages, group_limit, in_flight)} from queue_groups."""
     if dialect == "postgresql":
@@ -124,6 +135,20 @@ def test_k_heads_in_group_order_and_the_next_starts_when_one_leaves(q, raw, dial
     commit(raw, dialect, q, held[1])  # a2 leaves: a4 starts
     assert keys(reserve(raw, dialect, q, 10)) == ["a4"]
     assert live_counts(raw, dialect, q) == {"A": (3, 3), "B": (1, 1)}
+
+
+def test_a_batch_commit_of_a_head_hands_its_place_to_the_first_live_one_in_group_order(q, raw, dialect):
+    """A head that leaves in a batch commit while others of its group are live: the first live one in
+    the group's order (run time, then push order) is head, not one the commit started."""
+    set_group_limit(raw, dialect, q, "A", 3)
+    for i in range(1, 6):
+        push(raw, dialect, q, "A", f"a{i}")
+    held = reserve(raw, dialect, q, 10)
+    assert keys(held) == ["a1", "a2", "a3"]
+    commit_batch(raw, dialect, q, held[:1])  # the head leaves: a2 is head, a4 starts
+    assert groups(raw, dialect, q)["A"] == ("a2", 4, 3, 3)
+    commit_batch(raw, dialect, q, held[1:])  # the head a2 and a3 leave: a4 is head, a5 starts
+    assert groups(raw, dialect, q)["A"] == ("a4", 2, 3, 2)
 
 
 def test_a_group_limit_overrides_the_default_and_none_goes_back_to_it(q, raw, dialect):
