@@ -352,7 +352,7 @@ class ReserveLoop:
         held = HeldBack(self.state.settles)
         settles = self.state.settles
         short = False  # the last round that got messages got fewer than it asked for
-        took = False  # the last round got messages
+        took_at = float("-inf")  # when a round last got messages (clock)
         due_at: float | None = None  # the next scheduled_at the last read of it reported (clock)
         read_at = float("-inf")  # when it was read (clock)
         waited = False  # the last wait was an idle or drained one, not cut short by work in hand
@@ -424,7 +424,7 @@ class ReserveLoop:
                         held.start()
                         yield from self.held_wait_steps(held)
                 short = got < asked
-                took = True
+                took_at = self.state.clock()
                 if short and after_wait and self.worker.use_listen and not held.on and budget is None:
                     waited = True
                     if not (yield from self.drained_wait_steps(seen)):
@@ -434,17 +434,22 @@ class ReserveLoop:
             # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
             # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
             now = self.state.clock()
-            if took and now < read_at + self.settings.linger and self.worker.use_listen and not held.on:
-                # Messages taken, the next ones not pushed yet (a steady stream): the next
+            linger = self.settings.linger
+            if now < min(took_at, read_at) + linger and self.worker.use_listen and not held.on:
+                # Messages taken within a linger, the next ones not pushed yet (a steady stream; a
+                # wakeup for a message an earlier round took ends in an empty round too): the next
                 # scheduled_at read less than a linger ago stands, and the wait ends a linger after
                 # that read at the latest (the next empty round reads it again).
                 due, due_now = None if due_at is None else due_at - now, False
                 recheck_at = read_at + self.settings.linger if recheck_at is None else recheck_at
             else:
                 due, due_now = yield from self.next_due_steps()
-                read_at = float("-inf") if due_now else self.state.clock()
-                due_at = None if due is None else self.state.clock() + due
-            took = False
+                # a read that found one due now counts as a read too (the round that follows takes
+                # it; a stream's next empty round within a linger waits for a wakeup or the linger,
+                # not for another read): else each push that lands between a round and its read
+                # would make every empty round after it read again, about once a push
+                read_at = self.state.clock()
+                due_at = None if due is None or due_now else read_at + due
             if due_now and not rechecked_due_now and not held.on:
                 # A message came due between the empty reserve and this read (its time was
                 # reached while the round ran, and no wakeup comes for that): one more round at
