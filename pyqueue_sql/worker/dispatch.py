@@ -352,7 +352,11 @@ class ReserveLoop:
         held = HeldBack(self.state.settles)
         settles = self.state.settles
         short = False  # the last round that got messages got fewer than it asked for
+        took = False  # the last round got messages
         took_at = float("-inf")  # when a round last got messages (clock)
+        # the last wait before this round ended by a wakeup (LISTEN) or its time, not by one of its
+        # own settles (which may free a limit's slot: its empty round tells whether one is held back)
+        woken = False
         due_at: float | None = None  # the next scheduled_at the last read of it reported (clock)
         read_at = float("-inf")  # when it was read (clock)
         waited = False  # the last wait was an idle or drained one, not cut short by work in hand
@@ -424,32 +428,38 @@ class ReserveLoop:
                         held.start()
                         yield from self.held_wait_steps(held)
                 short = got < asked
-                took_at = self.state.clock()
+                took, took_at, woken = True, self.state.clock(), False
                 if short and after_wait and self.worker.use_listen and not held.on and budget is None:
                     waited = True
-                    if not (yield from self.drained_wait_steps(seen)):
+                    woken = yield from self.drained_wait_steps(seen)
+                    if not woken:
                         recheck_at, late_recheck = late_recheck, None  # the next round re-checks
+                    woken = settles.done == seen
                 continue
             yield Hooks(self.on_idle, None)
             # Nothing ready: wait for the earliest of a wakeup, the next scheduled_at, the
             # poll fallback, a retry this worker scheduled (and one re-check after a wakeup).
             now = self.state.clock()
-            linger = self.settings.linger
-            if now < min(took_at, read_at) + linger and self.worker.use_listen and not held.on:
-                # Messages taken within a linger, the next ones not pushed yet (a steady stream; a
-                # wakeup for a message an earlier round took ends in an empty round too): the next
+            # a stream: the last round took messages, or it followed a wakeup or a re-check's time
+            # (not a settle of its own) within a linger of a round that did (a wakeup for a message
+            # an earlier round took ends in an empty round too, and so does a re-check that finds
+            # no push the throttle left out); a settle's empty round reads (a limit that holds the
+            # rest back shows there)
+            stream = took or (woken and now < took_at + self.settings.linger)
+            if stream and now < read_at + self.settings.linger and self.worker.use_listen and not held.on:
+                # Messages taken, the next ones not pushed yet (a steady stream): the next
                 # scheduled_at read less than a linger ago stands, and the wait ends a linger after
                 # that read at the latest (the next empty round reads it again).
                 due, due_now = None if due_at is None else due_at - now, False
                 recheck_at = read_at + self.settings.linger if recheck_at is None else recheck_at
             else:
                 due, due_now = yield from self.next_due_steps()
-                # a read that found one due now counts as a read too (the round that follows takes
-                # it; a stream's next empty round within a linger waits for a wakeup or the linger,
-                # not for another read): else each push that lands between a round and its read
-                # would make every empty round after it read again, about once a push
-                read_at = self.state.clock()
-                due_at = None if due is None or due_now else read_at + due
+                # one due now after a wakeup (a push between a round and this read, which the next
+                # round takes) still counts as a read; after a round or a settle of its own it may
+                # be a message held back: the next empty round reads again to tell
+                read_at = float("-inf") if due_now and not woken else self.state.clock()
+                due_at = None if due is None or due_now else self.state.clock() + due
+            took = woken = False
             if due_now and not rechecked_due_now and not held.on:
                 # A message came due between the empty reserve and this read (its time was
                 # reached while the round ran, and no wakeup comes for that): one more round at
@@ -475,7 +485,8 @@ class ReserveLoop:
                 continue  # one ended since the reserve: reserve again now
             woke = yield from self.wait_steps(timeout, seen if watch else None)
             waited = True
-            if woke and self.worker.use_listen and settles.done == seen:  # a wakeup, not a settle
+            woken = self.worker.use_listen and settles.done == seen
+            if woke and woken:  # a wakeup, not a settle
                 # re-checks: DRAINED_RECHECK after it (a push of the same window that skipped its
                 # NOTIFY, committed after this round's snapshot), then one linger after it
                 now = self.state.clock()
