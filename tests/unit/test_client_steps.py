@@ -294,3 +294,17 @@ def test_mysql_commit_reserve_reads_the_commit_from_the_last_result_set():
     committed, [got] = run.result
     assert committed is True and (got.key, got.token, got.payload) == ("k2", "t-9", {"n": 2})
     assert got.created_at == NOW  # MySQL's UTC wall-clock time, read as an aware UTC datetime
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+@pytest.mark.parametrize("headers", [None, {"h": "v"}], ids=["no-headers", "headers"])
+def test_a_reserved_row_is_the_reservation_its_init_would_make(dialect, headers):
+    # reservations_from_rows fills each Reservation's __dict__ itself: every field, none more
+    pg = dialect == "postgresql"
+    at = NOW if pg else NOW.replace(tzinfo=None)
+    row = ("k", "kind", {"n": 1} if pg else '{"n":1}', "tok", 3, 2, at, at)
+    if headers is not None:
+        row += (headers if pg else '{"h":"v"}',)
+    [got] = Steps(queue(dialect).reserve(n=1), [row]).result
+    made = Reservation("emails", "k", "kind", {"n": 1}, "tok", 3, 2, NOW, NOW, headers)
+    assert got == made and vars(got) == vars(made)

@@ -1004,3 +1004,15 @@ def test_a_run_refused_at_the_start_closes_its_connection_and_starts_nothing():
     with pytest.raises(InvalidArgumentError, match="keeps no results"):
         steps.answer()
     assert worker._state == "stopped" and worker.stopped.is_set()
+
+
+def test_a_reserved_job_is_the_job_its_init_would_make():
+    # Job.reserved fills the new Job's __dict__ itself: every field as __init__ sets it, its own lock
+    r = reservation()
+    made, other = Job.reserved(r, 12.5), Job.reserved(r, 12.5)
+    init = Job(r, lease_until=12.5)
+    fields = {k: v for k, v in vars(init).items() if k != "lock"}
+    assert {k: v for k, v in vars(made).items() if k != "lock"} == fields and vars(made).keys() == vars(
+        init
+    ).keys()
+    assert type(made.lock) is type(init.lock) and made.lock is not other.lock
