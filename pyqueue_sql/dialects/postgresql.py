@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import struct
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -119,77 +118,11 @@ def _utc_by_name(connection: Any) -> bool:
     return connection.autocommit and connection.pgconn.parameter_status(b"TimeZone") in _UTC_NAMES
 
 
-class TextArray(list):
-    """A list of texts a statement sends as its text[] argument (PostgreSQLCodec.text_array: the
-    keys, kinds and tokens of a batch commit), dumped by _text_array_dumper on the connections
-    this client opens; elsewhere psycopg dumps it as the list it is."""
-
-    __slots__ = ()
-
-
-_ARRAY_HEAD = struct.Struct("!iiiii").pack  # dimensions, has NULLs, element type, length, lower bound
-_ITEM_LENGTH = struct.Struct("!i").pack
-_TEXT_OID, _TEXT_ARRAY_OID = 25, 1009
-
-
-@functools.cache
-def _text_array_dumper() -> type:
-    """psycopg's dumper of a TextArray in binary form (the statements send arrays as %b). psycopg's
-    own dumps a list item by item in Python (about 0.95 µs a message for a commit's three arrays);
-    when every text has the same length and is ASCII (the tokens always, the kinds and keys of
-    most batches) this one writes the items with one join and one encode (about 0.2 µs): each
-    item's length prefix is the same four bytes, the separator of the join. Any other list takes
-    the general way, with the same bytes as psycopg's."""
-    from psycopg.adapt import Dumper
-    from psycopg.pq import Format
-
-    class TextArrayDumper(Dumper):
-        format = Format.BINARY
-        oid = _TEXT_ARRAY_OID
-
-        def __init__(self, cls: type, context: Any = None) -> None:
-            super().__init__(cls, context)
-            conn = self.connection
-            self.encoding = conn.info.encoding if conn is not None else "utf-8"
-
-        def dump(self, obj: list[str | None]) -> bytes:
-            n = len(obj)
-            if not n:
-                return struct.pack("!iii", 0, 0, _TEXT_OID)
-            size = len(obj[0]) if type(obj[0]) is str else -1
-            try:
-                text = "".join(obj)
-            except TypeError:  # a None among them
-                text = None
-            if (
-                text is not None
-                and text.isascii()
-                and len(text) == n * size
-                and min(map(len, obj)) == size
-                and self.encoding in ("utf-8", "ascii")
-            ):
-                prefix = _ITEM_LENGTH(size).decode("latin-1")  # (bytes 0-255 as the chars 0-255)
-                return _ARRAY_HEAD(1, 0, _TEXT_OID, n, 1) + (prefix + prefix.join(obj)).encode("latin-1")
-            parts = [_ARRAY_HEAD(1, None in obj, _TEXT_OID, n, 1)]
-            for item in obj:
-                if item is None:
-                    parts.append(_ITEM_LENGTH(-1))
-                else:
-                    data = item.encode(self.encoding)
-                    parts.append(_ITEM_LENGTH(len(data)))
-                    parts.append(data)
-            return b"".join(parts)
-
-    return TextArrayDumper
-
-
 def _read_json_with(connection: Any, psycopg: Any) -> None:
-    """A connection's json and jsonb values read by load_json (its text form by _json_text_loader),
-    its TextArray arguments dumped by _text_array_dumper."""
+    """A connection's json and jsonb values read by load_json (its text form by _json_text_loader)."""
     psycopg.types.json.set_json_loads(_load_json, connection)
     for name in ("json", "jsonb"):
         connection.adapters.register_loader(name, _json_text_loader())
-    connection.adapters.register_dumper(TextArray, _text_array_dumper())
 
 
 # A refused connection's reason, from the server's (English) message: FATAL's text, as libpq puts it.
@@ -480,10 +413,6 @@ class PostgreSQL(Dialect):
 
 class PostgreSQLCodec(Codec):
     """Arrays as lists (text[], jsonb[]...), a batch as arrays side by side."""
-
-    def text_array(self, values: Sequence[str | None]) -> TextArray:
-        """A list of texts as a text[] argument: a TextArray (see _text_array_dumper)."""
-        return TextArray(values)
 
     def batch(self, items: Sequence[BatchItem]) -> Params:
         run_ats = [ra for _, _, _, ra, _ in items]
