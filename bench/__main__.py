@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.argv = argv_for(name, rest)
     os.environ["BENCH_COMMAND"] = " ".join(sys.argv)  # the reports' command (bench.common.command)
+    # The suites' processes (workers, the CLI, installs) import this tree's package, not the one the
+    # virtualenv's .pth names (another checkout's, when this is a second worktree sharing its venv).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     try:
         runpy.run_module(f"bench.{SUITES[name].module}", run_name="__main__", alter_sys=True)
     except SystemExit as end:
