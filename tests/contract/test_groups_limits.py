@@ -151,6 +151,36 @@ def test_a_batch_commit_of_a_head_hands_its_place_to_the_first_live_one_in_group
     assert groups(raw, dialect, q)["A"] == ("a4", 2, 3, 2)
 
 
+def test_a_batch_commit_that_empties_a_limited_group_drops_its_row(q, raw, dialect):
+    """A batch commit of a group's last messages (k > 1) drops the group: queue_groups no longer shows it,
+    and the group that still has messages keeps its row, naming its head."""
+    set_group_limit(raw, dialect, q, None, 2)
+    push(raw, dialect, q, "A", "a1")
+    push(raw, dialect, q, "A", "a2")
+    push(raw, dialect, q, "B", "b1")
+    push(raw, dialect, q, "B", "b2")
+    held = reserve(raw, dialect, q, 10)
+    assert sorted(keys(held)) == ["a1", "a2", "b1", "b2"]
+    commit_batch(raw, dialect, q, [h for h in held if h[0] != "b2"])
+    assert groups(raw, dialect, q) == {"B": ("b2", 1, 2, 1)}
+
+
+def test_a_batch_commit_starts_each_group_s_next_ones_under_its_own_limit(q, raw, dialect):
+    """One batch commit settles groups of different limits (the queue's default, a group's own): each
+    starts as many as its own limit leaves room for."""
+    set_group_limit(raw, dialect, q, None, 1)
+    set_group_limit(raw, dialect, q, "A", 3)
+    for i in range(1, 6):
+        push(raw, dialect, q, "A", f"a{i}")
+    for i in range(1, 4):
+        push(raw, dialect, q, "B", f"b{i}")
+    held = reserve(raw, dialect, q, 10)
+    assert sorted(keys(held)) == ["a1", "a2", "a3", "b1"]
+    commit_batch(raw, dialect, q, [h for h in held if h[0] in ("a1", "b1")])  # a4 and b2 start
+    assert live_counts(raw, dialect, q) == {"A": (3, 2), "B": (1, 0)}
+    assert sorted(keys(reserve(raw, dialect, q, 10))) == ["a4", "b2"]
+
+
 def test_a_group_limit_overrides_the_default_and_none_goes_back_to_it(q, raw, dialect):
     set_group_limit(raw, dialect, q, None, 2)
     set_group_limit(raw, dialect, q, "A", 3)

@@ -243,15 +243,22 @@ $$;
 -- batch commit). The groups that have a group limit (their own, else the
 -- queue's default) settle together, each step one statement for all of
 -- them instead of a call each (pyqueue__group_settle_k's steps): their
--- rows locked in group order, their live messages counted, the first
--- blocked ones each still has room for locked (in (scheduled_at_initially,
--- id) order) and made heads (due at their run time or now, whichever is
--- later), then each group row names its first head, or goes when the group
--- is empty; one wakeup when a head was added. A group for which fewer
--- blocked messages were locked than it has room for (one deleted while the
--- lock waited for it) settles again alone (pyqueue__group_settle_k reads
--- anew). Groups without a limit settle one by one, as before. Locks: the
--- group rows in group order, then the messages made heads.
+-- rows locked in group order, their live messages counted (and the first
+-- of them read), the first blocked ones each still has room for locked (in
+-- (scheduled_at_initially, id) order) and made heads (due at their run time
+-- or now, whichever is later), then each group row names its first head:
+-- the first of its live messages and of its new heads, both read already,
+-- written only where it changes; a group with no live message and no new
+-- head goes; one wakeup when a head was added. Under the group rows' locks
+-- no other transaction changes the live messages read (a head another one
+-- is taking out and has not committed is counted, as in the count, and that
+-- transaction settles the group after us), so what the count read is what
+-- a read after the promotion would find, less the new heads. A group for
+-- which fewer blocked messages were locked than it has room for (one
+-- deleted while the lock waited for it) settles again alone
+-- (pyqueue__group_settle_k reads anew). Groups without a limit settle one
+-- by one, as before. Locks: the group rows in group order, then the
+-- messages made heads.
 CREATE OR REPLACE FUNCTION pyqueue__groups_settle(in_queue text, in_groups text[], in_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
@@ -261,11 +268,14 @@ DECLARE
     v_group  text;
     v_each   text[];  -- the distinct groups, in group order
     v_ks     integer[];  -- each one's limit (NULL: none)
+    v_k      integer;
     v_limted text[];
     v_lks    integer[];
-    v_needs  integer[];
+    v_firsts text[];  -- each one's first head: key, kind (NULL: none)
+    v_fkinds text[];
     v_tids   tid[];
-    v_gtids  tid[];
+    v_gtids  tid[];  -- each one's row (NULL: none)
+    v_gone   tid[];
     v_short  text[];
     v_one    record;
 BEGIN
@@ -274,8 +284,18 @@ BEGIN
     IF v_each IS NULL THEN
         RETURN;
     END IF;
-    IF EXISTS (SELECT 1 FROM pyqueue_group_limit l WHERE l.queue_name::text = in_queue) THEN
-        -- each group's limit: its own row, else the queue's default ('')
+    -- each group's limit: its own row, else the queue's default (''); with no row of a named group
+    -- (the common case), the default for all, one probe
+    SELECT l.k INTO v_k
+      FROM pyqueue_group_limit l
+     WHERE l.queue_name::text = in_queue
+     ORDER BY l.group_key::text <> ''::text
+     LIMIT 1;
+    IF FOUND AND NOT EXISTS (SELECT 1 FROM pyqueue_group_limit l
+                              WHERE l.queue_name::text = in_queue AND l.group_key::text <> ''::text) THEN
+        v_limted := v_each;
+        v_lks := pg_catalog.array_fill(v_k, ARRAY[pg_catalog.cardinality(v_each)]);
+    ELSIF FOUND THEN
         SELECT pg_catalog.array_agg(
                    (SELECT l.k FROM pyqueue_group_limit l
                      WHERE l.queue_name::text = in_queue AND (l.group_key::text = u.g OR l.group_key::text = ''::text)
@@ -283,8 +303,6 @@ BEGIN
                      LIMIT 1) ORDER BY u.o)
           INTO v_ks
           FROM pg_catalog.unnest(v_each) WITH ORDINALITY AS u (g, o);
-    END IF;
-    IF v_ks IS NOT NULL THEN
         SELECT pg_catalog.array_agg(u.g ORDER BY u.o), pg_catalog.array_agg(u.k ORDER BY u.o) INTO v_limted, v_lks
           FROM ROWS FROM (pg_catalog.unnest(v_each), pg_catalog.unnest(v_ks)) WITH ORDINALITY AS u (g, k, o)
          WHERE u.k IS NOT NULL;
@@ -292,56 +310,60 @@ BEGIN
     IF v_limted IS NOT NULL THEN
         -- the rows of the groups with a limit, in group order, each found by its key (their ctids:
         -- the later writes find them by those, a TID scan, not a read of every group of the queue)
-        SELECT pg_catalog.array_agg(l.tid) INTO v_gtids
+        SELECT pg_catalog.array_agg(l.tid ORDER BY u.o) INTO v_gtids
           FROM pg_catalog.unnest(v_limted) WITH ORDINALITY AS u (g, o)
-          CROSS JOIN LATERAL (SELECT g.ctid AS tid FROM pyqueue_group g
-                               WHERE g.queue_name::text = in_queue AND g.group_key::text = u.g
-                                 FOR UPDATE) l;
-        -- the room each has: its limit less its live messages (a head another transaction is taking
-        -- out and has not committed is still counted: never too low)
-        SELECT pg_catalog.array_agg(GREATEST(u.k - coalesce(c.n, 0), 0) ORDER BY u.o) INTO v_needs
+          LEFT JOIN LATERAL (SELECT g.ctid AS tid FROM pyqueue_group g
+                              WHERE g.queue_name::text = in_queue AND g.group_key::text = u.g
+                                FOR UPDATE) l ON true;
+        -- Under those locks, for each: the room it has, its limit less its live messages (a head
+        -- another transaction is taking out and has not committed is still counted: never too low),
+        -- read with the first of them; then its first blocked messages, as many as its room, locked
+        -- (in (scheduled_at_initially, id) order: the first row is the first new head); its first head
+        -- is its first live message or its first new head, whichever comes first (none: the group
+        -- goes). A group that got fewer than its room (one deleted while the lock waited) is short.
+        SELECT pg_catalog.array_agg(f.tid) FILTER (WHERE f.tid IS NOT NULL),
+               pg_catalog.array_agg(u.g) FILTER (WHERE f.rn = 1 AND f.cnt < u.k - coalesce(c.n, 0)),
+               pg_catalog.array_agg(CASE WHEN f.rn IS NULL OR (c.fat, c.fid) < (f.at, f.id) THEN c.fk ELSE f.k END
+                                    ORDER BY u.o) FILTER (WHERE f.rn IS NULL OR f.rn = 1),
+               pg_catalog.array_agg(CASE WHEN f.rn IS NULL OR (c.fat, c.fid) < (f.at, f.id) THEN c.fkd ELSE f.kd END
+                                    ORDER BY u.o) FILTER (WHERE f.rn IS NULL OR f.rn = 1)
+          INTO v_tids, v_short, v_firsts, v_fkinds
           FROM ROWS FROM (pg_catalog.unnest(v_limted), pg_catalog.unnest(v_lks)) WITH ORDINALITY AS u (g, k, o)
-          LEFT JOIN LATERAL (SELECT pg_catalog.count(*)::integer AS n
+          LEFT JOIN LATERAL (SELECT pg_catalog.count(*) OVER ()::integer AS n, m.p_key::text AS fk,
+                                    m.p_kind::text AS fkd, m.scheduled_at_initially AS fat, m.id AS fid
                                FROM pyqueue_message m
                               WHERE m.queue_name::text = in_queue AND m.group_key::text = u.g
-                                AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00') c ON true;
-        -- the first blocked messages of each, as many as its room, locked
-        SELECT pg_catalog.array_agg(b.tid),
-               pg_catalog.array_agg(DISTINCT b.g) FILTER (WHERE b.short)
-          INTO v_tids, v_short
-          FROM (SELECT x.g, x.tid, pg_catalog.count(*) OVER (PARTITION BY x.g) < x.need AS short
-                  FROM (SELECT u.g, u.need, f.tid
-                          FROM ROWS FROM (pg_catalog.unnest(v_limted), pg_catalog.unnest(v_needs)) AS u (g, need)
-                          CROSS JOIN LATERAL (SELECT m.ctid AS tid
-                                                FROM pyqueue_message m
-                                               WHERE m.queue_name::text = in_queue AND m.group_key::text = u.g
-                                                 AND m.scheduled_at = pyqueue__blocked_at()
-                                               ORDER BY m.scheduled_at_initially, m.id
-                                               LIMIT u.need
-                                                 FOR UPDATE) f
-                         WHERE u.need > 0) x) b;
+                                AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00'
+                              ORDER BY m.scheduled_at_initially, m.id
+                              LIMIT 1) c ON true
+          LEFT JOIN LATERAL (SELECT b.tid, b.k, b.kd, b.at, b.id,
+                                    pg_catalog.row_number() OVER () AS rn, pg_catalog.count(*) OVER () AS cnt
+                               FROM (SELECT m.ctid AS tid, m.p_key::text AS k, m.p_kind::text AS kd,
+                                            m.scheduled_at_initially AS at, m.id
+                                       FROM pyqueue_message m
+                                      WHERE m.queue_name::text = in_queue AND m.group_key::text = u.g
+                                        AND m.scheduled_at = pyqueue__blocked_at()
+                                      ORDER BY m.scheduled_at_initially, m.id
+                                      LIMIT GREATEST(u.k - coalesce(c.n, 0), 0)
+                                        FOR UPDATE) b) f ON true;
         IF v_tids IS NOT NULL THEN
             UPDATE pyqueue_message m
                SET scheduled_at = GREATEST(m.scheduled_at_initially, in_now)
              WHERE m.ctid = ANY (v_tids) AND m.scheduled_at = pyqueue__blocked_at();
         END IF;
-        -- each group row names its first head; an empty group's row goes (one probe a group: the
-        -- OFFSET 0 keeps the NOT EXISTS from an anti join, which a generic plan made as a loop over
-        -- every live message of the queue for each group, 160,000 rows for a batch of 200)
-        DELETE FROM pyqueue_group g
-         WHERE g.ctid = ANY (v_gtids)
-           AND NOT EXISTS (SELECT 1 FROM pyqueue_message m
-                            WHERE m.queue_name::text = in_queue AND m.group_key::text = g.group_key::text
-                              AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00'
-                            OFFSET 0);
+        -- each group row names its first head, where that changed; a group with none goes
         UPDATE pyqueue_group g
-           SET (head_key, head_kind) = (SELECT m.p_key, m.p_kind
-                                          FROM pyqueue_message m
-                                         WHERE m.queue_name::text = in_queue AND m.group_key::text = g.group_key::text
-                                           AND m.scheduled_at < timestamptz '9999-12-31 23:59:59.999999+00'
-                                         ORDER BY m.scheduled_at_initially, m.id
-                                         LIMIT 1)
-         WHERE g.ctid = ANY (v_gtids);
+           SET head_key = u.fk, head_kind = u.fkd
+          FROM ROWS FROM (pg_catalog.unnest(v_gtids), pg_catalog.unnest(v_firsts), pg_catalog.unnest(v_fkinds))
+               AS u (tid, fk, fkd)
+         WHERE g.ctid = ANY (v_gtids) AND g.ctid = u.tid AND u.fk IS NOT NULL
+           AND (g.head_key::text IS DISTINCT FROM u.fk OR g.head_kind::text IS DISTINCT FROM u.fkd);
+        SELECT pg_catalog.array_agg(u.tid) INTO v_gone
+          FROM ROWS FROM (pg_catalog.unnest(v_gtids), pg_catalog.unnest(v_firsts)) AS u (tid, fk)
+         WHERE u.fk IS NULL AND u.tid IS NOT NULL;
+        IF v_gone IS NOT NULL THEN
+            DELETE FROM pyqueue_group g WHERE g.ctid = ANY (v_gone);
+        END IF;
         IF v_tids IS NOT NULL THEN
             PERFORM pyqueue__notify(in_queue);  -- wakeup: a new head is ready now or due later
         END IF;
@@ -357,10 +379,12 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    FOR v_group IN SELECT u.g FROM pg_catalog.unnest(v_each) AS u (g)
-                    WHERE u.g <> ALL (coalesce(v_limted, '{}')) ORDER BY u.g LOOP
-        PERFORM pyqueue__group_settle(in_queue, v_group, in_now, true);
-    END LOOP;
+    IF v_limted IS NULL OR pg_catalog.cardinality(v_limted) < pg_catalog.cardinality(v_each) THEN
+        FOR v_group IN SELECT u.g FROM pg_catalog.unnest(v_each) AS u (g)
+                        WHERE u.g <> ALL (coalesce(v_limted, '{}')) ORDER BY u.g LOOP
+            PERFORM pyqueue__group_settle(in_queue, v_group, in_now, true);
+        END LOOP;
+    END IF;
 END;
 $$;
 
