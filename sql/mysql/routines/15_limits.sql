@@ -312,7 +312,9 @@ END //
 -- _at: the time read up to), and such walks start from it, from the start again once @pyqueue__full_until has
 -- passed (20 times what that read from the start took, at most 60 s): a message of another kind that lands before
 -- the mark (a run_at in the past, a push committed late, a claim given back) or passes its expiry there waits for
--- that read, as with @pyqueue__ready_queue. Needs a group_concat_max_len of 20 * in_n + 2. Locks: the limit and rate rows (shared), the slot rows of the limited kind
+-- that read, as with @pyqueue__ready_queue. While the mark is live, a page read before the kind is full also probes
+-- the ready index for a message of priority 0 ready after the mark (one entry): none, and the read from the mark,
+-- which would find none, is skipped (the mark moves to now); a worker draining the limited kind saves a statement. Needs a group_concat_max_len of 20 * in_n + 2. Locks: the limit and rate rows (shared), the slot rows of the limited kind
 -- and the units taken, the claimed rows, until the caller's transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__claim_limited_batch //
 CREATE PROCEDURE pyqueue__claim_limited_batch(
@@ -341,6 +343,7 @@ BEGIN
     DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids, v_latts LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_lim_ids, v_lim_atts LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
     DECLARE v_full, v_marked, v_mixed BOOLEAN DEFAULT FALSE;
+    DECLARE v_after INT;
     DECLARE v_t0 DATETIME(6);
     DECLARE v_mkey LONGTEXT CHARACTER SET utf8mb4;
     SET out_ids = '', out_count = 0;
@@ -358,6 +361,10 @@ BEGIN
         IF v_k <= 0 THEN LEAVE pages; END IF;
         IF v_full AND @pyqueue__full_key = v_mkey AND @pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND
            AND (v_at IS NULL OR v_at < @pyqueue__full_at) THEN
+            IF v_after = 0 THEN  -- nothing ready after the mark (the page before probed it): the read from it finds none
+                SET @pyqueue__full_at = v_now;
+                LEAVE pages;
+            END IF;
             SET v_at = @pyqueue__full_at, v_id = 9223372036854775807, v_marked = TRUE;  -- from the mark (see above)
         END IF;
         -- a page in FIFO order (the limited kind left out once its slots are used), its ids as allowed: the limited
@@ -367,8 +374,15 @@ BEGIN
                GROUP_CONCAT(IF(w.lim AND w.rn > v_slots - v_lused, NULL, w.id) ORDER BY w.scheduled_at, w.id SEPARATOR ','),
                (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
                  WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
-               OR COALESCE(MAX(w.due), FALSE), v_mixed OR COALESCE(MIN(w.lim), 1) = 0
-          INTO v_got, v_at, v_id, v_cand, v_below, v_mixed
+               OR COALESCE(MAX(w.due), FALSE), v_mixed OR COALESCE(MIN(w.lim), 1) = 0,
+               -- (the kind not full yet and a live mark: is any message ready after it? One entry of the index)
+               IF(v_full OR v_kind IS NULL OR NOT (@pyqueue__full_key = v_mkey)
+                  OR NOT (@pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND), NULL,
+                  (SELECT COUNT(*) FROM (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_ready_idx)
+                                          WHERE a.queue_name = in_queue AND a.priority = 0
+                                            AND a.scheduled_at > @pyqueue__full_at AND a.scheduled_at <= v_now
+                                          LIMIT 1) AS a))
+          INTO v_got, v_at, v_id, v_cand, v_below, v_mixed, v_after
           FROM (SELECT d.id, d.scheduled_at, d.lim, d.due,
                        ROW_NUMBER() OVER (PARTITION BY d.lim ORDER BY d.scheduled_at, d.id) AS rn
                   FROM (SELECT m.id, m.scheduled_at, m.p_kind <=> v_kind AS lim,
