@@ -197,9 +197,10 @@ END //
 -- rows (shared) first, as pyqueue__reserve_limited; out_ok = 0 (nothing locked beyond them) when the short way does
 -- not cover the queue: more than one limited kind, a kind's rate, or a live holder beyond a lowered capacity (the
 -- general way moves those). The limited kind (out_kind): a plain read for a free slot first (none: out_free '[]',
--- no slot lock waited for, as pyqueue__limited_admit), else its slot rows FOR UPDATE in one statement, then a read of
--- its free slots (pyqueue__limit_take's test: no take of the kind is in progress elsewhere, every holder that took
--- one has committed): out_free, up to in_n slot numbers in order. The queue-wide rate: up to in_n free units, read
+-- no slot lock waited for, as pyqueue__limited_admit), else its slot rows FOR UPDATE in one statement, in slot order
+-- (which counts those beyond the capacity: only when there are any are their holders read), then a read of its free
+-- slots (pyqueue__limit_take's test: no take of the kind is in progress elsewhere, every holder that took one has
+-- committed): out_free, up to in_n slot numbers in order. The queue-wide rate: up to in_n free units, read
 -- by the primary key from the one after the session took last (@pyqueue__rate_next_key: database and queue;
 -- @pyqueue__rate_next), then from the first, FOR UPDATE SKIP LOCKED (a unit another call holds counts as used;
 -- which free unit a reservation takes does not matter): out_units. out_free / out_units NULL: no limit / no queue-wide rate. Locks: those rows, until the transaction ends.
@@ -214,7 +215,7 @@ CREATE PROCEDURE pyqueue__limited_allowance(
     OUT out_units LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_nlim, v_cap, v_nkr, v_free, v_beyond, v_got, v_next, v_last INT DEFAULT 0;
+    DECLARE v_nlim, v_cap, v_nkr, v_free, v_beyond, v_got, v_next, v_last, v_over INT DEFAULT 0;
     DECLARE v_per BIGINT;
     DECLARE v_key LONGTEXT CHARACTER SET utf8mb4;
     SET out_ok = 0, out_kind = NULL, out_free = NULL, out_units = NULL;
@@ -240,19 +241,22 @@ BEGIN
                                                OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
                  LIMIT 1) f;
         IF v_free > 0 THEN
-            SELECT COUNT(*) INTO v_free
+            SELECT COUNT(*), COALESCE(SUM(s.slot_no > v_cap), 0) INTO v_free, v_over  -- (not MAX: read from the end)
               FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
              WHERE s.queue_name = in_queue AND s.p_kind = out_kind
                FOR UPDATE;
-            SELECT COALESCE(JSON_ARRAYAGG(f.slot_no ORDER BY f.slot_no), '[]'),
-                   EXISTS (SELECT 1 FROM pyqueue_limit_slot b
-                            WHERE b.queue_name = in_queue AND b.p_kind = out_kind AND b.slot_no > v_cap
-                              AND EXISTS (SELECT 1 FROM pyqueue_message m
-                                           WHERE m.id = b.msg_id AND m.queue_name = b.queue_name
-                                             AND ((m.attempts = b.msg_attempts AND m.reserve_token IS NOT NULL
-                                                   AND GREATEST(m.scheduled_at, b.msg_until) > in_now)
-                                                  OR (m.attempts = b.msg_attempts - 1 AND b.msg_until > in_now))))
-              INTO out_free, v_beyond
+            IF v_over > 0 THEN  -- (slot rows beyond the capacity, locked above: is any holder there live?)
+                SELECT EXISTS (SELECT 1 FROM pyqueue_limit_slot b
+                                WHERE b.queue_name = in_queue AND b.p_kind = out_kind AND b.slot_no > v_cap
+                                  AND EXISTS (SELECT 1 FROM pyqueue_message m
+                                               WHERE m.id = b.msg_id AND m.queue_name = b.queue_name
+                                                 AND ((m.attempts = b.msg_attempts AND m.reserve_token IS NOT NULL
+                                                       AND GREATEST(m.scheduled_at, b.msg_until) > in_now)
+                                                      OR (m.attempts = b.msg_attempts - 1 AND b.msg_until > in_now))))
+                  INTO v_beyond;
+            END IF;
+            SELECT COALESCE(JSON_ARRAYAGG(f.slot_no ORDER BY f.slot_no), '[]')
+              INTO out_free
               FROM (SELECT s.slot_no
                       FROM pyqueue_limit_slot s
                      WHERE s.queue_name = in_queue AND s.p_kind = out_kind AND s.slot_no <= v_cap
