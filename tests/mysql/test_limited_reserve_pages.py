@@ -65,3 +65,37 @@ def test_one_free_slot_among_other_kinds_fills_the_batch_and_keeps_the_limit(ins
         assert [r.key for r in taken if r.kind == "b"] == [f"k{i:03d}" for i in range(1, 198, 2)]
         assert [(r.kind, r.in_use) for r in queue.limits()] == [("a", 2)]
         assert [r.key for r in queue.reserve(n=10)] == ["k199"]  # the last b; every a waits for a slot
+
+
+def selects(cur) -> int:
+    cur.execute("SHOW SESSION STATUS WHERE Variable_name = 'Com_select'")
+    return int(cur.fetchone()[1])
+
+
+# Once its kind is full, a reserve reads on past the backlog for other kinds, from the session's
+# mark (@pyqueue__full_at: up to there none but the full kind's were ready) while that is live. The
+# page that fills the kind also probes the ready index for any message after the mark: none, and
+# the read from the mark is skipped (a statement fewer a reserve while a worker drains one kind);
+# one, and the read takes it. Without the probe the read ran whatever it would find.
+def test_a_reserve_that_fills_its_kind_reads_past_the_mark_only_when_a_message_is_there(installed_database):
+    with pyqueue_sql.connect(installed_database("limitmark")) as db:
+        queue = db.queue("limitmark.q").create(visibility_timeout=300)
+        queue.set_limit("a", 2)
+        queue.push_many([(f"a{i:02d}", "a", {}) for i in range(10)])
+        cur = db.connection.cursor()
+        held = queue.reserve(n=10)
+        assert [r.key for r in held] == ["a00", "a01"]  # read to the end for another kind: the mark
+        cur.execute(
+            "SET @pyqueue__full_until = UTC_TIMESTAMP(6) + INTERVAL 50 SECOND"
+        )  # live, whatever the clock
+        costs = {}
+        for other in (False, True):
+            assert queue.commit_many(held) == len(held)  # the slots free again
+            if other:
+                queue.push("b00", "b", {})  # after the mark
+            before = selects(cur)
+            held = queue.reserve(n=10)
+            costs[other] = selects(cur) - before
+            assert [r.kind for r in held] == ["a", "a"] + (["b"] if other else [])
+        # (the read from the mark, and the lock of what it found: both only with a message there)
+        assert costs[False] == costs[True] - 2, costs

@@ -197,9 +197,10 @@ END //
 -- rows (shared) first, as pyqueue__reserve_limited; out_ok = 0 (nothing locked beyond them) when the short way does
 -- not cover the queue: more than one limited kind, a kind's rate, or a live holder beyond a lowered capacity (the
 -- general way moves those). The limited kind (out_kind): a plain read for a free slot first (none: out_free '[]',
--- no slot lock waited for, as pyqueue__limited_admit), else its slot rows FOR UPDATE in one statement, then a read of
--- its free slots (pyqueue__limit_take's test: no take of the kind is in progress elsewhere, every holder that took
--- one has committed): out_free, up to in_n slot numbers in order. The queue-wide rate: up to in_n free units, read
+-- no slot lock waited for, as pyqueue__limited_admit), else its slot rows FOR UPDATE in one statement, in slot order
+-- (which counts those beyond the capacity: only when there are any are their holders read), then a read of its free
+-- slots (pyqueue__limit_take's test: no take of the kind is in progress elsewhere, every holder that took one has
+-- committed): out_free, up to in_n slot numbers in order. The queue-wide rate: up to in_n free units, read
 -- by the primary key from the one after the session took last (@pyqueue__rate_next_key: database and queue;
 -- @pyqueue__rate_next), then from the first, FOR UPDATE SKIP LOCKED (a unit another call holds counts as used;
 -- which free unit a reservation takes does not matter): out_units. out_free / out_units NULL: no limit / no queue-wide rate. Locks: those rows, until the transaction ends.
@@ -214,7 +215,7 @@ CREATE PROCEDURE pyqueue__limited_allowance(
     OUT out_units LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_nlim, v_cap, v_nkr, v_free, v_beyond, v_got, v_next, v_last INT DEFAULT 0;
+    DECLARE v_nlim, v_cap, v_nkr, v_free, v_beyond, v_got, v_next, v_last, v_over INT DEFAULT 0;
     DECLARE v_per BIGINT;
     DECLARE v_key LONGTEXT CHARACTER SET utf8mb4;
     SET out_ok = 0, out_kind = NULL, out_free = NULL, out_units = NULL;
@@ -240,19 +241,22 @@ BEGIN
                                                OR (m.attempts = s.msg_attempts - 1 AND s.msg_until > in_now))))
                  LIMIT 1) f;
         IF v_free > 0 THEN
-            SELECT COUNT(*) INTO v_free
+            SELECT COUNT(*), COALESCE(SUM(s.slot_no > v_cap), 0) INTO v_free, v_over  -- (not MAX: read from the end)
               FROM pyqueue_limit_slot s FORCE INDEX (PRIMARY)
              WHERE s.queue_name = in_queue AND s.p_kind = out_kind
                FOR UPDATE;
-            SELECT COALESCE(JSON_ARRAYAGG(f.slot_no ORDER BY f.slot_no), '[]'),
-                   EXISTS (SELECT 1 FROM pyqueue_limit_slot b
-                            WHERE b.queue_name = in_queue AND b.p_kind = out_kind AND b.slot_no > v_cap
-                              AND EXISTS (SELECT 1 FROM pyqueue_message m
-                                           WHERE m.id = b.msg_id AND m.queue_name = b.queue_name
-                                             AND ((m.attempts = b.msg_attempts AND m.reserve_token IS NOT NULL
-                                                   AND GREATEST(m.scheduled_at, b.msg_until) > in_now)
-                                                  OR (m.attempts = b.msg_attempts - 1 AND b.msg_until > in_now))))
-              INTO out_free, v_beyond
+            IF v_over > 0 THEN  -- (slot rows beyond the capacity, locked above: is any holder there live?)
+                SELECT EXISTS (SELECT 1 FROM pyqueue_limit_slot b
+                                WHERE b.queue_name = in_queue AND b.p_kind = out_kind AND b.slot_no > v_cap
+                                  AND EXISTS (SELECT 1 FROM pyqueue_message m
+                                               WHERE m.id = b.msg_id AND m.queue_name = b.queue_name
+                                                 AND ((m.attempts = b.msg_attempts AND m.reserve_token IS NOT NULL
+                                                       AND GREATEST(m.scheduled_at, b.msg_until) > in_now)
+                                                      OR (m.attempts = b.msg_attempts - 1 AND b.msg_until > in_now))))
+                  INTO v_beyond;
+            END IF;
+            SELECT COALESCE(JSON_ARRAYAGG(f.slot_no ORDER BY f.slot_no), '[]')
+              INTO out_free
               FROM (SELECT s.slot_no
                       FROM pyqueue_limit_slot s
                      WHERE s.queue_name = in_queue AND s.p_kind = out_kind AND s.slot_no <= v_cap
@@ -312,7 +316,9 @@ END //
 -- _at: the time read up to), and such walks start from it, from the start again once @pyqueue__full_until has
 -- passed (20 times what that read from the start took, at most 60 s): a message of another kind that lands before
 -- the mark (a run_at in the past, a push committed late, a claim given back) or passes its expiry there waits for
--- that read, as with @pyqueue__ready_queue. Needs a group_concat_max_len of 20 * in_n + 2. Locks: the limit and rate rows (shared), the slot rows of the limited kind
+-- that read, as with @pyqueue__ready_queue. While the mark is live, a page read before the kind is full also probes
+-- the ready index for a message of priority 0 ready after the mark (one entry): none, and the read from the mark,
+-- which would find none, is skipped (the mark moves to now); a worker draining the limited kind saves a statement. Needs a group_concat_max_len of 20 * in_n + 2. Locks: the limit and rate rows (shared), the slot rows of the limited kind
 -- and the units taken, the claimed rows, until the caller's transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__claim_limited_batch //
 CREATE PROCEDURE pyqueue__claim_limited_batch(
@@ -341,6 +347,7 @@ BEGIN
     DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids, v_latts LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_lim_ids, v_lim_atts LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
     DECLARE v_full, v_marked, v_mixed BOOLEAN DEFAULT FALSE;
+    DECLARE v_after INT;
     DECLARE v_t0 DATETIME(6);
     DECLARE v_mkey LONGTEXT CHARACTER SET utf8mb4;
     SET out_ids = '', out_count = 0;
@@ -358,6 +365,10 @@ BEGIN
         IF v_k <= 0 THEN LEAVE pages; END IF;
         IF v_full AND @pyqueue__full_key = v_mkey AND @pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND
            AND (v_at IS NULL OR v_at < @pyqueue__full_at) THEN
+            IF v_after = 0 THEN  -- nothing ready after the mark (the page before probed it): the read from it finds none
+                SET @pyqueue__full_at = v_now;
+                LEAVE pages;
+            END IF;
             SET v_at = @pyqueue__full_at, v_id = 9223372036854775807, v_marked = TRUE;  -- from the mark (see above)
         END IF;
         -- a page in FIFO order (the limited kind left out once its slots are used), its ids as allowed: the limited
@@ -367,8 +378,15 @@ BEGIN
                GROUP_CONCAT(IF(w.lim AND w.rn > v_slots - v_lused, NULL, w.id) ORDER BY w.scheduled_at, w.id SEPARATOR ','),
                (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
                  WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
-               OR COALESCE(MAX(w.due), FALSE), v_mixed OR COALESCE(MIN(w.lim), 1) = 0
-          INTO v_got, v_at, v_id, v_cand, v_below, v_mixed
+               OR COALESCE(MAX(w.due), FALSE), v_mixed OR COALESCE(MIN(w.lim), 1) = 0,
+               -- (the kind not full yet and a live mark: is any message ready after it? One entry of the index)
+               IF(v_full OR v_kind IS NULL OR NOT (@pyqueue__full_key = v_mkey)
+                  OR NOT (@pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND), NULL,
+                  (SELECT COUNT(*) FROM (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_ready_idx)
+                                          WHERE a.queue_name = in_queue AND a.priority = 0
+                                            AND a.scheduled_at > @pyqueue__full_at AND a.scheduled_at <= v_now
+                                          LIMIT 1) AS a))
+          INTO v_got, v_at, v_id, v_cand, v_below, v_mixed, v_after
           FROM (SELECT d.id, d.scheduled_at, d.lim, d.due,
                        ROW_NUMBER() OVER (PARTITION BY d.lim ORDER BY d.scheduled_at, d.id) AS rn
                   FROM (SELECT m.id, m.scheduled_at, m.p_kind <=> v_kind AS lim,
