@@ -866,3 +866,38 @@ def test_rate_and_limit_in_the_callers_transaction_leak_nothing(make_queue, raw,
         assert reserve() == ["a3"]  # the third slot was still free
     finally:
         conn.close()
+
+
+@pytest.mark.only_dialect("mysql")
+@pytest.mark.sync_client_only
+def test_a_slot_beyond_a_lowered_capacity_is_not_taken_by_a_reserve_in_the_callers_transaction(queue, raw, dsn):
+    """The same as in autocommit mode (above), by the one-candidate way a reserve in the caller's
+    transaction takes (a slot a candidate, pyqueue__limit_take): once the holder beyond the lowered
+    capacity ends first, its slot is never handed out again while the capacity's own is held."""
+    from pyqueue_sql import dialects
+
+    queue.push_many([(f"b{i}", "bulk", i) for i in range(4)])
+    queue.set_limit("bulk", 2)
+    conn = dialects.for_dsn(dsn).connect(dsn)
+    cur = conn.cursor()
+
+    def reserve(n):
+        conn.begin()
+        cur.execute("CALL queue_reserve(%s, 'w', 60, %s, NULL)", (queue.name, n))
+        rows = cur.fetchall() if cur.description else []
+        while cur.nextset():
+            pass
+        conn.commit()
+        return [(r[0], r[3]) for r in rows]
+
+    try:
+        [(b0, t0)] = reserve(1)
+        [(b1, t1)] = reserve(1)
+        queue.set_limit("bulk", 1)
+        raw("CALL queue_commit(%s, %s, 'bulk', %s)", (queue.name, b1, t1))  # the later one ends first
+        assert reserve(5) == []
+        assert live(raw, "mysql", queue.name, "bulk") == 1
+        raw("CALL queue_commit(%s, %s, 'bulk', %s)", (queue.name, b0, t0))
+        assert [k for k, _ in reserve(5)] == ["b2"]
+    finally:
+        conn.close()
