@@ -83,6 +83,11 @@ PREFETCH_HORIZON = 0.1
 # until this many refills in a row got nothing (held back by a rate, or by slots other workers
 # hold: a commit frees none of those), then no more until the reserve loop is held back anew.
 REFILL_MISSES = 2
+# ... and only while the handlers take at least this long on average (seconds): a refill saves each
+# slot the reserve loop's notice and a round trip, and costs the completer's next commit its
+# reserve's round trip, which the reserve loop's reserve overlaps with it. No-op jobs under a limit
+# of 64 ran at about half the rate with it (2,175 against 4,620 jobs/s, PostgreSQL, in process).
+REFILL_HANDLER_MIN = 0.002
 
 # What commit_steps gives a success that the completer acknowledges later, in a batch.
 DEFERRED = object()
@@ -848,11 +853,13 @@ class Dispatch:
     def refills(self, by_queue: dict[str, list[tuple[Job, float]]]) -> bool:
         """Whether the completer's flush reserves again for the slots its commits freed (see
         refill_steps): the reserve loop is held back (Settles.held: a limit's slots all taken, its
-        own messages among their holders), a worker of one queue (with several, the reserve
-        loop's order keeps them fair) without max_jobs, not AsyncWorker's group commit."""
+        own messages among their holders) and the handlers are not quick (REFILL_HANDLER_MIN), a
+        worker of one queue (with several, the reserve loop's order keeps them fair) without
+        max_jobs, not AsyncWorker's group commit."""
         return (
             self.state.settles.held
             and self.state.settles.refill_misses < REFILL_MISSES
+            and (self.state.handler_avg or 0.0) >= REFILL_HANDLER_MIN
             and self.reserve_loop is not None
             and not self.group_commit
             and self.settings.max_jobs is None
