@@ -86,3 +86,27 @@ def test_held_back_by_a_limit_a_freed_slot_is_taken_again_by_the_completers_flus
     # may meet the reserve loop's probe, after a held-back wait of HELD_MAX on a loaded machine)
     by_completer = [name for name in refilled if name == "pyqueue-completer"]
     assert len(by_completer) >= len(refilled) - 1, refilled
+
+
+def test_quick_handlers_leave_the_refill_to_the_reserve_loop(dsn, make_queue, monkeypatch):
+    # no-op handlers (REFILL_HANDLER_MIN): the reserve loop's reserve overlaps the completer's
+    # commits, a refill would not; every message is started by the reserve loop's reserves
+    queue = make_queue()
+    queue.set_limit("noop", 8)
+    queue.push_many([dict(key=f"k{i}", kind="noop", payload={}) for i in range(300)])
+    lock = threading.Lock()
+    started_by: list[str] = []
+    done: list[str] = []
+    start_jobs = Worker._start_jobs
+
+    def recorded(self, jobs):
+        with lock:
+            started_by.extend(threading.current_thread().name for _ in jobs)
+        return start_jobs(self, jobs)
+
+    monkeypatch.setattr(Worker, "_start_jobs", recorded)
+    worker = Worker(dsn, concurrency=16, poll_fallback=FALLBACK)
+    worker.add_handler(queue.name, lambda job: done.append(job.key))
+    with running(worker):
+        wait_for(lambda: len(done) >= 300, BOUND, "every message handled")
+    assert "pyqueue-completer" not in started_by
