@@ -141,6 +141,7 @@ class WorkerBase:
             release=self._release,
             defer_ack=self.completer.put,
             group_commit=self._group_commit,
+            reserve_loop=self.reserve_loop,
         )
         self.batches.attach(self.dispatch, self.policy, self.watch, self.registry, self.reserve_loop)
 

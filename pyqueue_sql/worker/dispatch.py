@@ -79,6 +79,16 @@ DRAINED_RECHECK = 0.005
 # time so far), so that slow handlers do not sit on messages other workers could run.
 PREFETCH_HORIZON = 0.1
 
+# Held back, the completer's flush reserves again for the slots its commits freed (refill_steps)
+# until this many refills in a row got nothing (held back by a rate, or by slots other workers
+# hold: a commit frees none of those), then no more until the reserve loop is held back anew.
+REFILL_MISSES = 2
+# ... and only while the handlers take at least this long on average (seconds): a refill saves each
+# slot the reserve loop's notice and a round trip, and costs the completer's next commit its
+# reserve's round trip, which the reserve loop's reserve overlaps with it. No-op jobs under a limit
+# of 64 ran at about half the rate with it (2,175 against 4,620 jobs/s, PostgreSQL, in process).
+REFILL_HANDLER_MIN = 0.002
+
 # What commit_steps gives a success that the completer acknowledges later, in a batch.
 DEFERRED = object()
 
@@ -166,6 +176,7 @@ class HeldBack:
     def start(self) -> None:
         if not self.on:
             self.on = self.settles.held = True
+            self.settles.refill_misses = 0
             self.probe = 0
             self.wait = HELD_MIN
 
@@ -283,6 +294,10 @@ class ReserveLoop:
         if self.settings.max_jobs is not None:
             free = min(free, self.settings.max_jobs - self.state.stats.reserved)
         return free
+
+    def handler_free(self) -> bool:
+        """Whether a handler has no message in hand (none prefetched waits for it)."""
+        return len(self.worker._jobs()) < self.settings.concurrency
 
     def refill_at(self) -> int:
         """The dispatcher reserves again once the worker holds fewer messages than this: a free
@@ -679,8 +694,10 @@ class Dispatch:
         release: Callable[..., None],
         defer_ack: Callable[[Job, float], None],
         group_commit: bool = False,
+        reserve_loop: ReserveLoop | None = None,
     ) -> None:
         self.settings = settings
+        self.reserve_loop = reserve_loop  # the completer's flush reserves with it (refill_steps)
         self.state = state
         self.stats = state.stats
         self.routes = routes  # the worker's, shared (handlers are added after this is made)
@@ -824,10 +841,57 @@ class Dispatch:
         by_queue: dict[str, list[tuple[Job, float]]] = {}
         for job, elapsed_ms in batch:
             by_queue.setdefault(job.queue, []).append((job, elapsed_ms))
+        taken = 0
         try:
             yield from self.ack_queues_steps(by_queue)
+            if self.refills(by_queue):
+                taken = yield from self.refill_steps(by_queue)
         finally:
-            self.state.settles.ended(acked=len(batch))  # slots and group places freed: see Settles
+            # slots and group places freed, but those the refill took again: see Settles
+            self.state.settles.ended(acked=len(batch), taken=taken)
+
+    def refills(self, by_queue: dict[str, list[tuple[Job, float]]]) -> bool:
+        """Whether the completer's flush reserves again for the slots its commits freed (see
+        refill_steps): the reserve loop is held back (Settles.held: a limit's slots all taken, its
+        own messages among their holders) and the handlers are not quick (REFILL_HANDLER_MIN), a
+        worker of one queue (with several, the reserve loop's order keeps them fair) without
+        max_jobs, not AsyncWorker's group commit."""
+        return (
+            self.state.settles.held
+            and self.state.settles.refill_misses < REFILL_MISSES
+            and (self.state.handler_avg or 0.0) >= REFILL_HANDLER_MIN
+            and self.reserve_loop is not None
+            and not self.group_commit
+            and self.settings.max_jobs is None
+            and len(self.routes) == 1
+            and len(by_queue) == 1
+            and not self.state.stopping.is_set()
+        )
+
+    def refill_steps(self, by_queue: dict[str, list[tuple[Job, float]]]):
+        """The completer's flush, held back: right after its commit, on its connection, a reserve of
+        as many messages as it committed (no more than the worker may hold), which takes the
+        slots they freed before another worker's reserve does. Without it the slot stays empty
+        for the time the reserve loop takes to notice the settle and for its reserve's round
+        trip (a limit of 8, 10 ms jobs: 46-57 % of the bound). Returns how many it got."""
+        loop = self.reserve_loop
+        assert loop is not None
+        ((q, entries),) = by_queue.items()
+        if not loop.handler_free():
+            return 0  # each handler has a message in hand: the reserve loop's rounds keep up
+        n = min(len(entries), loop.free())
+        if n <= 0:
+            return 0
+        try:
+            got = yield from loop.reserve_steps(self.routes[q], n)
+        except StoppedError:
+            raise
+        except Exception:  # e.g. the queue was dropped meanwhile: the reserve loop's round says so
+            log.debug("refill failed", exc_info=True, extra={"event": "refill_error", "queue": q})
+            got = 0
+        settles = self.state.settles
+        settles.refill_misses = 0 if got else settles.refill_misses + 1
+        return got
 
     def ack_queues_steps(self, by_queue: dict[str, list[tuple[Job, float]]]):
         for q, all_entries in by_queue.items():

@@ -334,16 +334,21 @@ class Settles:
         self.count = 0  # messages settled
         self.owed = 0  # successes handed to the completer, not acknowledged yet
         self.held = False  # the reserve loop is held back (HeldBack.on): acknowledge at once
+        self.refill_misses = 0  # the completer's refills in a row that got nothing (Dispatch.refills)
 
     def deferred(self) -> None:
         with self._lock:
             self.owed += 1
 
-    def ended(self, acked: int = 0) -> None:
-        """One settle ended: of one message, or the completer's flush of `acked` successes."""
+    def ended(self, acked: int = 0, taken: int = 0) -> None:
+        """One settle ended: of one message, or the completer's flush of `acked` successes, of
+        whose freed slots its refill took `taken` again (Dispatch.refill_steps). Slots all taken
+        again are no settle for the reserve loop: it would find the limit full."""
         with self._lock:
-            self.done += 1
-            self.count += acked or 1
+            freed = (acked or 1) - taken
+            if freed > 0:
+                self.done += 1
+                self.count += freed
             self.owed -= acked
 
 
