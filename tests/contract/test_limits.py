@@ -870,7 +870,9 @@ def test_rate_and_limit_in_the_callers_transaction_leak_nothing(make_queue, raw,
 
 @pytest.mark.only_dialect("mysql")
 @pytest.mark.sync_client_only
-def test_a_slot_beyond_a_lowered_capacity_is_not_taken_by_a_reserve_in_the_callers_transaction(queue, raw, dsn):
+def test_a_slot_beyond_a_lowered_capacity_is_not_taken_by_a_reserve_in_the_callers_transaction(
+    queue, raw, dsn
+):
     """The same as in autocommit mode (above), by the one-candidate way a reserve in the caller's
     transaction takes (a slot a candidate, pyqueue__limit_take): once the holder beyond the lowered
     capacity ends first, its slot is never handed out again while the capacity's own is held."""
