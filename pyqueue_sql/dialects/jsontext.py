@@ -24,7 +24,7 @@ import sys
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["UnreadableJSON", "dump_json_text", "load_json", "read_number", "scan_json"]
+__all__ = ["UnreadableJSON", "dump_json_text", "load_json", "read_number"]
 
 
 class UnreadableJSON:
@@ -74,10 +74,6 @@ def _read_float(text: str, _float: type[float] = float) -> Any:
 _INTEGER = re.compile(r"-?(?:0|[1-9]\d*)")
 _DECODER = json.JSONDecoder(parse_float=_read_float)
 _SCAN = _DECODER.scan_once
-# The C scanner load_json tries first: (value, end) for the JSON value at a position of a text,
-# StopIteration, ValueError or RecursionError where it gives up. A driver's loader may call it
-# itself and hand load_json only what it did not read to the text's end (dialects.postgresql).
-scan_json = _SCAN
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _scanstring = json.decoder.scanstring

@@ -35,7 +35,7 @@ from .base import (
     strip_driver,
     without_secrets,
 )
-from .jsontext import UnreadableJSON, load_json, scan_json
+from .jsontext import UnreadableJSON, load_json
 
 if TYPE_CHECKING:
     import psycopg
@@ -75,26 +75,18 @@ def _load_json(data: bytes | bytearray | memoryview) -> JSONValue:
 @functools.cache
 def _json_text_loader() -> type:
     """psycopg's loader of json and jsonb values in text form (the rows of every statement here):
-    _load_json's work in the loader's own frame. Through set_json_loads a payload costs three
+    load_json called from the loader's own frame. Through set_json_loads a payload costs three
     Python calls (psycopg's load, _load_json, load_json), which count once a reserved message;
-    here one, and the C scanner reads it (about 0.9 µs a payload against 1.25). Whatever is not
-    plain UTF-8 JSON the scanner reads to its end takes _load_json's way, so that the values are
-    the same (an UnreadableJSON included)."""
+    here two. Text that is not UTF-8 takes _load_json's way, so that the values are the same (an
+    UnreadableJSON included)."""
     from psycopg.adapt import Loader
 
     class JsonTextLoader(Loader):
         def load(self, data: bytes | bytearray | memoryview) -> JSONValue:
             try:
-                text = str(data, "utf-8")
+                return load_json(str(data, "utf-8"))
             except UnicodeDecodeError:
                 return _load_json(data)
-            try:
-                value, end = scan_json(text, 0)
-                if end == len(text):
-                    return value
-            except (StopIteration, ValueError, RecursionError):
-                pass
-            return load_json(text)
 
     return JsonTextLoader
 

@@ -27,27 +27,36 @@ BOUND = 30.0
 LEASE = 30.0
 
 
+class Gated:
+    """A handler whose job blocks until the test sets its key's gate: the keys whose handlers run
+    now, when each started, and the most that ran at once."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.gates = {k: threading.Event() for k in keys}
+        self.lock = threading.Lock()
+        self.now: set[str] = set()
+        self.started: dict[str, float] = {}
+        self.most = 0
+
+    def __call__(self, job) -> None:
+        with self.lock:
+            self.now.add(job.key)
+            self.started[job.key] = time.monotonic()
+            self.most = max(self.most, len(self.now))
+        try:
+            assert self.gates[job.key].wait(BOUND), "never released"
+        finally:
+            with self.lock:
+                self.now.discard(job.key)
+
+
 def test_a_limit_of_2_keeps_exactly_2_running_and_refills_a_freed_slot(dsn, make_queue):
     queue = make_queue()
     queue.set_limit("noop", 2)
     keys = [f"k{i}" for i in range(8)]
     queue.push_many([dict(key=k, kind="noop", payload={}) for k in keys])
-    gates = {k: threading.Event() for k in keys}
-    lock = threading.Lock()
-    now: set[str] = set()  # the keys whose handlers run now
-    started: dict[str, float] = {}
-    most = [0]
-
-    def handle(job):
-        with lock:
-            now.add(job.key)
-            started[job.key] = time.monotonic()
-            most[0] = max(most[0], len(now))
-        try:
-            assert gates[job.key].wait(BOUND), "never released"
-        finally:
-            with lock:
-                now.discard(job.key)
+    handle = Gated(keys)
+    gates, lock, now, started = handle.gates, handle.lock, handle.now, handle.started
 
     # 4 handlers (and a prefetch) for a limit of 2: the worker would run 4 without it
     worker = Worker(dsn, concurrency=4, poll_fallback=FALLBACK)
@@ -73,7 +82,7 @@ def test_a_limit_of_2_keeps_exactly_2_running_and_refills_a_freed_slot(dsn, make
         for gate in gates.values():
             gate.set()
         wait_for(lambda: not now and len(started) == len(keys), BOUND, "every message handled")
-    assert most[0] == 2
+    assert handle.most == 2
     # each freed slot went to the next message within REFILL (never the poll fallback)
     assert max(refills) < REFILL, refills
 

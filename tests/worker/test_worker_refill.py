@@ -12,6 +12,7 @@ from pyqueue_sql.worker.model import Settles
 
 from ..helpers import wait_for
 from .test_worker import running
+from .test_worker_at_the_bound import Gated
 
 FALLBACK = 60.0
 BOUND = 30.0
@@ -38,10 +39,8 @@ def test_held_back_by_a_limit_a_freed_slot_is_taken_again_by_the_completers_flus
     queue.set_limit("noop", 2)
     keys = [f"k{i}" for i in range(10)]
     queue.push_many([dict(key=k, kind="noop", payload={}) for k in keys])
-    gates = {k: threading.Event() for k in keys}
-    lock = threading.Lock()
-    now: set[str] = set()
-    most = [0]
+    handle = Gated(keys)
+    gates, lock, now = handle.gates, handle.lock, handle.now
     started_by: dict[str, str] = {}  # key -> the thread whose reserve started it
     start_jobs = Worker._start_jobs
 
@@ -52,16 +51,6 @@ def test_held_back_by_a_limit_a_freed_slot_is_taken_again_by_the_completers_flus
         return start_jobs(self, jobs)
 
     monkeypatch.setattr(Worker, "_start_jobs", recorded)
-
-    def handle(job):
-        with lock:
-            now.add(job.key)
-            most[0] = max(most[0], len(now))
-        try:
-            assert gates[job.key].wait(BOUND), "never released"
-        finally:
-            with lock:
-                now.discard(job.key)
 
     # 4 handlers (and a prefetch) for a limit of 2: held back once the limit is full
     worker = Worker(dsn, concurrency=4, poll_fallback=FALLBACK)
@@ -81,7 +70,7 @@ def test_held_back_by_a_limit_a_freed_slot_is_taken_again_by_the_completers_flus
         for gate in gates.values():
             gate.set()
         wait_for(lambda: not now and len(started_by) == len(keys), BOUND, "every message handled")
-    assert most[0] == 2
+    assert handle.most == 2
     # each freed slot taken again by the completer's reserve, not the reserve loop's (one of them
     # may meet the reserve loop's probe, after a held-back wait of HELD_MAX on a loaded machine)
     by_completer = [name for name in refilled if name == "pyqueue-completer"]
