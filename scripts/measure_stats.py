@@ -34,13 +34,17 @@ FILL = {
                                  ELSE now() - interval '{age} seconds' + g * interval '1 ms' END,
                             now(), now(), CASE WHEN g % 200 = 0 THEN gen_random_uuid() END
                        FROM generate_series(1, {rows}) g""",
+    # ready_at (the reserve order): the due time, or for a held row (its lease's end in scheduled_at)
+    # when it was due before it was claimed
     "mysql": """INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, scheduled_at,
-                   scheduled_at_initially, created_at, reserve_token)
+                   scheduled_at_initially, created_at, reserve_token, ready_at)
                 SELECT 'big', CONCAT('{prefix}', seq), 'job', '{{"n": 1, "pad": "{pad}"}}',
                        CASE WHEN seq % 200 = 0 THEN UTC_TIMESTAMP(6) + INTERVAL 10 MINUTE
                             WHEN seq % 100 = 1 THEN UTC_TIMESTAMP(6) + INTERVAL 1 HOUR
                             ELSE UTC_TIMESTAMP(6) - INTERVAL {age} SECOND + INTERVAL seq * 1000 MICROSECOND END,
-                       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), CASE WHEN seq % 200 = 0 THEN UUID() END
+                       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), CASE WHEN seq % 200 = 0 THEN UUID() END,
+                       CASE WHEN seq % 100 = 1 THEN UTC_TIMESTAMP(6) + INTERVAL 1 HOUR
+                            ELSE UTC_TIMESTAMP(6) - INTERVAL {age} SECOND + INTERVAL seq * 1000 MICROSECOND END
                   FROM seq_1_to_{rows}""",
 }
 EXACT = {

@@ -16,10 +16,15 @@ example (``main``, its dead-letter queue ``dlq`` and the move target
   attempts, reservation token and state (ready / delayed / reserved);
 * ``queue_stats``: ready, delayed, reserved, dead, paused;
 * every reserve and pop hands out only what the model says is ready, in
-  reserve order (highest priority first, then oldest ``scheduled_at``; ties
-  of the model's clock may come in any order), so a message whose
-  reservation still holds is never handed out again, and a popped message
-  never comes back (its payload number is remembered);
+  reserve order (highest priority first, then oldest ``scheduled_at``; on
+  MySQL/MariaDB oldest ``ready_at``: when it became due, which a claim and an
+  extend leave alone, so a message whose lease expired keeps the place it had
+  before it was claimed; ties of the model's clock may come in any order), so
+  a message whose reservation still holds is never handed out again, and a
+  popped message never comes back (its payload number is remembered);
+* MySQL/MariaDB: every row keeps ``ready_at <= scheduled_at``, the two equal
+  while no reservation token is on it, and a held row's ``ready_at`` lies
+  where the model's ready time has it;
 * concurrent reservers get disjoint sets whose union is what was ready (or as
   many as they asked for);
 * a token that no longer holds (committed, moved, removed, rolled back,
@@ -35,7 +40,7 @@ Clock-driven expiries without sleeping: reservations and delays are long
 (1.5 or 2.5 model ticks of ``TICK_S`` = 1000 s), so real time never expires
 anything during an example. The rule ``advance_clock`` simulates time
 passing: it shifts the time columns (``scheduled_at``, which is also the
-reservation lock and expiry, ``scheduled_at_initially``, ``created_at``) of
+reservation lock and expiry, MySQL's ``ready_at``, ``scheduled_at_initially``, ``created_at``) of
 this example's rows backwards by whole ticks in the database, and the model
 advances its own clock by the same amount. Every due time the model computes
 is a whole tick plus a half (a delay or lease of k + 0.5 ticks from a whole
@@ -80,6 +85,7 @@ from .model.base import (
     CONTRACT_SETTINGS,
     EXPIRES_FORMAT,
     MAX_ATTEMPTS,
+    READY_SQL,
     ROWS_SQL,
     SETTINGS,
     TICK_S,
@@ -300,7 +306,8 @@ class QueueMachine(RuleBasedStateMachine):
             self.check_delivery(m, r.payload["n"], r.priority)
             assert r.attempts == m.attempts + 1, ("attempts", m, r.attempts)
             assert str(r.token) != m.token, "a redelivery must carry a new token"
-            m.attempts, m.due, m.token = r.attempts, self.t + lease, str(r.token)
+            m.attempts = r.attempts
+            m.lease(self.t + lease, str(r.token))  # (MySQL/MariaDB: its ready_at, its place, stays)
             self.handles.append(r)
 
     # ---- producing -----------------------------------------------------------
@@ -395,6 +402,7 @@ class QueueMachine(RuleBasedStateMachine):
         check_walk(
             ready, n - len(extra), set(delivered) - extra, ended & {m.kk for m in ready}, exhaustible=False,
             dead_past_n=bool(extra), expired=self.expired_among(ready), fills=self.dialect != "postgresql",
+            by_ready=self.dialect == "mysql",
         )  # fmt: skip
 
     def adopt_pops(self, ready: list[Msg], got: list) -> set:
@@ -468,7 +476,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert kinds_ is None or all(kd in kinds_ for _, kd in extra), ("outside the kinds filter", extra)
         check_walk(
             ready, n - len(extra), set(delivered) - extra, dead & {m.kk for m in ready}, exhaustible=True,
-            dead_past_n=bool(extra), expired=self.expired_among(ready),
+            dead_past_n=bool(extra), expired=self.expired_among(ready), by_ready=self.dialect == "mysql",
         )  # fmt: skip
 
     @rule(
@@ -635,10 +643,11 @@ class QueueMachine(RuleBasedStateMachine):
         claim in progress would; P rolls back after the reserve): its key, or None when it is
         due for dead-lettering or expired (a reserve would end it) or nothing is ready."""
         now = "clock_timestamp()" if self.dialect == "postgresql" else "UTC_TIMESTAMP(6)"
+        order = "scheduled_at" if self.dialect == "postgresql" else "ready_at"
         first = sql(
             self.conns["admin"],
             f"SELECT id, p_key, p_kind FROM pyqueue_message WHERE queue_name = %s AND scheduled_at <= {now}"
-            " ORDER BY priority DESC, scheduled_at, id LIMIT 1",
+            f" ORDER BY priority DESC, {order}, id LIMIT 1",
             (self.main,),
         )
         if not first:
@@ -740,7 +749,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert (new is not None) == (m is not None), ("extend", r, m)
         if m is not None:
             assert str(new.token) != m.token
-            m.due, m.token = self.t + lease, str(new.token)
+            m.lease(self.t + lease, str(new.token))
             self.handles.append(new)
 
     @rule(conn=consumers, i=handle_index, new_payload=st.booleans())
@@ -829,7 +838,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert extra <= self.promoted, ("handed out what was not ready", extra)
         check_walk(
             ready, n - len(extra), delivered - extra, dead & {m.kk for m in ready}, exhaustible=True,
-            dead_past_n=bool(extra), expired=self.expired_among(ready),
+            dead_past_n=bool(extra), expired=self.expired_among(ready), by_ready=self.dialect == "mysql",
         )  # fmt: skip
         for kk, (_, attempts) in held.items():
             # one past its pyqueue.expires_at is never redelivered: ended when the walk met it (dead), else left as
@@ -881,7 +890,7 @@ class QueueMachine(RuleBasedStateMachine):
         if won:
             assert kk not in taken, ("the expired holder and a reserver both got it", action)
             if action == "extend":
-                m.due, m.token = self.t + lease, str(won.token)
+                m.lease(self.t + lease, str(won.token))
                 self.handles.append(won)
             else:
                 self.finish(kk, "succeeded" if action == "commit" else "moved")
@@ -953,6 +962,29 @@ class QueueMachine(RuleBasedStateMachine):
             s = self.q("admin", name).stats()
             assert (s.ready, s.delayed, s.reserved) == (len(model), 0, 0), (name, s)
             self.side_stats_seen[name] = seen
+
+    @invariant()
+    def ready_at_keeps_its_place(self):
+        """MySQL/MariaDB: every row of the example's queues keeps ready_at <= scheduled_at, the two
+        equal while no reservation token is on the row (the sentinel in both for a row blocked behind
+        its group's head or waiting for its parents); and a held row of main lies as far past its
+        ready_at as the model's lease end past its ready time: a claim or an extend left ready_at
+        where it was (within a quarter tick: the seconds an example takes)."""
+        if self.dialect != "mysql":
+            return
+        found = {}
+        for q, k, kd, le, eq, s_sent, r_sent, gap, *row in sql(
+            self.conns["admin"], READY_SQL, (self.main, self.main + ".%")
+        ):
+            assert le and eq and s_sent == r_sent, ("ready_at against scheduled_at", q, k, kd, row)
+            if q == self.main:
+                found[(k, kd)] = float(gap)
+        for kk, m in self.msgs.items():
+            if m.token is not None and not m.blocked:
+                want = (m.due - m.ready) * TICK_S
+                assert abs(found[kk] - want) < TICK_S / 4, (
+                    "a held message's ready_at is not where the model has it", kk, found[kk], want, m,
+                )  # fmt: skip
 
     def expire_all(self) -> None:
         """Ends in the model every message past its expiry, as the drain's pops will (and what

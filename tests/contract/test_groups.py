@@ -84,11 +84,19 @@ def assert_groups_consistent(raw, dialect, queue_name):
 
 def make_due(raw, dialect, queue_name, key, kind="job"):
     """Moves a head's scheduled_at (its delay, or its reservation's end) one second into the past,
-    as time passing would: a delayed head becomes ready, a reservation expires."""
+    as time passing would: a delayed head becomes ready, a reservation expires. MySQL/MariaDB: its
+    ready_at (its place in reserve order) with it when nobody holds it, and not past it when held."""
+    past = f"{NOW_SQL[dialect]} - " + (
+        "interval '1 second'" if dialect == "postgresql" else "INTERVAL 1 SECOND"
+    )
+    ready = (
+        ""
+        if dialect == "postgresql"
+        else f", ready_at = IF(reserve_token IS NULL, {past}, LEAST(ready_at, {past}))"
+    )
     raw(
-        f"UPDATE pyqueue_message SET scheduled_at = {NOW_SQL[dialect]} - "
-        + ("interval '1 second'" if dialect == "postgresql" else "INTERVAL 1 SECOND")
-        + f" WHERE queue_name = %s AND p_key = %s AND p_kind = %s AND scheduled_at < {SENTINEL_SQL[dialect]}",
+        f"UPDATE pyqueue_message SET scheduled_at = {past}{ready}"
+        f" WHERE queue_name = %s AND p_key = %s AND p_kind = %s AND scheduled_at < {SENTINEL_SQL[dialect]}",
         (queue_name, key, kind),
     )
 

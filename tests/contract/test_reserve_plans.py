@@ -250,10 +250,11 @@ def _fill(dialect: str, url: str, analyze: bool = True, rows: int = ROWS):
         _run(
             conn,
             "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
-            "scheduled_at_initially, created_at) "
+            "scheduled_at_initially, created_at, ready_at) "
             f"SELECT '{QUEUE}', CONCAT('k', s.i), 'job', '{{}}', 0, "
             "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i * 1000 MICROSECOND, "
-            f"UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM ({_SEQ}) AS s",
+            "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), "
+            f"UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i * 1000 MICROSECOND FROM ({_SEQ}) AS s",
         )
         _run(conn, "ANALYZE TABLE pyqueue_message")
     assert _run(conn, "SELECT COUNT(*) FROM pyqueue_message")[0][0][0] == rows
@@ -595,12 +596,14 @@ def _fill_groups(dialect: str, url: str):
         _run(
             conn,
             "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, priority, scheduled_at, "
-            "scheduled_at_initially, created_at, group_key) "
+            "scheduled_at_initially, created_at, group_key, ready_at) "
             f"SELECT '{GROUPED}', CONCAT('k', s.i), 'job', '{{}}', 0, "
             "CASE WHEN MOD(s.i, 10) = 0 THEN UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i * 1000 MICROSECOND "
             f"ELSE {_SENTINEL[dialect]} END, "
             "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i * 1000 MICROSECOND, UTC_TIMESTAMP(6), "
-            f"CONCAT('g', s.i DIV 10) FROM ({_SEQ}) AS s",
+            "CONCAT('g', s.i DIV 10), "
+            "CASE WHEN MOD(s.i, 10) = 0 THEN UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL s.i * 1000 MICROSECOND "
+            f"ELSE {_SENTINEL[dialect]} END FROM ({_SEQ}) AS s",
         )
         _run(
             conn,

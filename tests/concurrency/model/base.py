@@ -71,6 +71,24 @@ class Msg:
     group: str | None = None
     blocked: bool = False  # behind its group's head (scheduled_at = the sentinel)
     init: float = 0.0  # scheduled_at_initially (ticks): its place in its group, with pid
+    # MySQL/MariaDB's ready_at (ticks): when it became (or becomes) due, leases aside, its place in
+    # reserve order there. Every write of ``due`` writes it too (see __setattr__) but a claim's or an
+    # extend's (``lease``): a message whose lease expired keeps the place it had before the claim.
+    ready: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.ready is None:
+            self.ready = self.due
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+        if name == "due":
+            object.__setattr__(self, "ready", value)
+
+    def lease(self, until: float, token: str) -> None:
+        """A claim (reserve) or an extend: scheduled_at is the lease's end; ready_at is left as it is."""
+        object.__setattr__(self, "due", until)
+        self.token = token
 
     @property
     def kk(self) -> tuple[str, str]:
@@ -93,6 +111,17 @@ ROWS_SQL = {
     + ""
     " FROM pyqueue_message WHERE queue_name IN ({names})",
 }
+# MySQL/MariaDB: each row's ready_at (its place in reserve order) beside its scheduled_at, read for
+# the invariant every write keeps (ready_at <= scheduled_at; equal while nobody holds the row, the
+# sentinel in both for a row blocked behind its group's head or waiting for its parents) and for the
+# model's ready time of a held row (how far its lease's end lies past it, in seconds): of a queue and
+# the queues named after it (the parameters: its name, and that name followed by '.%').
+READY_SQL = (
+    "SELECT queue_name, p_key, p_kind, ready_at <= scheduled_at, reserve_token IS NOT NULL OR ready_at = scheduled_at,"
+    " scheduled_at = " + SENTINEL_SQL["mysql"] + ", ready_at = " + SENTINEL_SQL["mysql"] + ","
+    " TIMESTAMPDIFF(MICROSECOND, ready_at, scheduled_at) / 1000000, ready_at, scheduled_at, reserve_token"
+    " FROM pyqueue_message WHERE queue_name = %s OR queue_name LIKE %s"
+)
 # A blocked row's scheduled_at (the sentinel) stays as it is: it is no time.
 SHIFT_SQL = {
     "postgresql": "UPDATE pyqueue_message SET scheduled_at = CASE WHEN scheduled_at = "
@@ -105,7 +134,12 @@ SHIFT_SQL = {
     " THEN jsonb_set(headers, '{pyqueue.expires_at}', to_jsonb(to_char(((headers ->> 'pyqueue.expires_at')::timestamptz"
     " - make_interval(secs => %s)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))) ELSE headers END"
     " WHERE queue_name IN (%s, %s, %s)",
-    "mysql": "UPDATE pyqueue_message SET scheduled_at = CASE WHEN scheduled_at = "
+    # ready_at (the reserve order) moves exactly as scheduled_at does, the sentinel kept (each CASE
+    # reads only its own column: MySQL assigns left to right, a later one sees an earlier one's value)
+    "mysql": "UPDATE pyqueue_message SET ready_at = CASE WHEN ready_at = "
+    + SENTINEL_SQL["mysql"]
+    + " THEN ready_at ELSE ready_at - INTERVAL %s SECOND END,"
+    " scheduled_at = CASE WHEN scheduled_at = "
     + SENTINEL_SQL["mysql"]
     + " THEN scheduled_at ELSE scheduled_at - INTERVAL %s SECOND END,"
     " scheduled_at_initially = scheduled_at_initially - INTERVAL %s SECOND,"
@@ -128,7 +162,7 @@ RESET_READY_FROM_SQL = (
 
 def shift(db: pyqueue_sql.Database, dialect: str, seconds: float, names: tuple[str, str, str]) -> None:
     """Moves every time of the named queues' messages ``seconds`` into the past."""
-    sql(db, SHIFT_SQL[dialect], (seconds,) * 4 + names)
+    sql(db, SHIFT_SQL[dialect], (seconds,) * (5 if dialect == "mysql" else 4) + names)
     if dialect == "postgresql":
         sql(db, RESET_READY_FROM_SQL, names)
 
@@ -151,19 +185,25 @@ def check_walk(
     dead_past_n: bool = False,
     expired: frozenset | set = frozenset(),
     fills: bool = True,
+    by_ready: bool = False,
 ) -> None:
     """Checks that a reserve/pop of n handed out ``delivered`` and ended ``dead`` as the contract's
-    walk does: ready messages in reserve order (priority desc, then scheduled_at; messages the
-    model cannot tell apart may come in any order), exhausted ones dead-lettered and ``expired``
+    walk does: ready messages in reserve order (priority desc, then scheduled_at, or with by_ready
+    (MySQL/MariaDB) ready_at, where a message whose lease expired keeps the place it had before the
+    claim; messages the model cannot tell apart may come in any order), exhausted ones dead-lettered and ``expired``
     ones (past their pyqueue.expires_at) ended, both skipped, until n are delivered; fills False
     (a PostgreSQL pop): the ended ones use up places of the n (it reads n, returns the others).
     dead_past_n: the call also handed out messages that became ready during it (a group's next
     message, promoted when its head was dead-lettered, expired or popped), so n here is less than
     the call's own n and the call may have ended messages past it."""
-    order = sorted(ready, key=lambda m: (-m.priority, m.due))
+
+    def place(m: Msg) -> tuple[int, float]:
+        return (-m.priority, m.ready if by_ready else m.due)
+
+    order = sorted(ready, key=place)
     left = n
     count = 0
-    for _, group in itertools.groupby(order, key=lambda m: (-m.priority, m.due)):
+    for _, group in itertools.groupby(order, key=place):
         group = list(group)
         members = {m.kk for m in group}
         ok = {m.kk for m in group if m.kk not in expired and not (exhaustible and m.attempts >= MAX_ATTEMPTS)}

@@ -215,7 +215,7 @@ class SettleRules:
             return
         assert got.reservation is not None and str(got.reservation.token) != m.token
         assert got.cancel_requested == (m.kk in self.cancel_requested), (got, m)
-        m.due, m.token = self.t + lease, str(got.reservation.token)
+        m.lease(self.t + lease, str(got.reservation.token))
         self.handles.append(got.reservation)
 
     @rule(conn=consumers, i=handle_index, p=st.integers(0, 9))
