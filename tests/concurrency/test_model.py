@@ -57,7 +57,10 @@ separately, and the mutants that `python -m bench mutants` runs against it.
 The test was seen to fail: with the model believing that an expired
 reservation stays held (not redelivered; both dialects), and with ``queue_commit`` replaced
 in the PostgreSQL test database by a version that ignores the token, it fails
-(wrong hand-outs and stats; a stale commit accepted, a message lost at the drain).
+(wrong hand-outs and stats; a stale commit accepted, a message lost at the drain). On MariaDB,
+with every claim of 05_reserve.sql (or queue_extend) also setting ready_at to the lease's end, it
+fails: a held row's ready_at not where the model has it, ready_at past scheduled_at after a claim
+given back, and with ready_at_keeps_its_place off, exhausted messages left by a walk out of order.
 """
 
 from __future__ import annotations
