@@ -1,0 +1,1 @@
+-- pyqueue-sql revision 0003_ready_order, undone (PostgreSQL): nothing to undo, it changed no table.
