@@ -28,7 +28,13 @@ from pyqueue_sql import dialects, migrate, privileges
 from pyqueue_sql._resources import sql_file
 from pyqueue_sql.queries import install_files, script, split_script
 
-from .later_revision import DOWN, MIGRATIONS_VARIABLE, with_later_revision
+from .later_revision import (
+    AFTER_UP,
+    DOWN,
+    MIGRATIONS_VARIABLE,
+    with_after_routines_revision,
+    with_later_revision,
+)
 from .test_migrations import break_sql_file, catalog, install_from_sql, smoke
 
 pytestmark = pytest.mark.slow
@@ -193,12 +199,22 @@ def test_a_script_install_is_refused_and_its_messages_survive(fresh_database):
     assert migrate.current(dsn) == ()
 
 
+def _adopted_as(dsn: str, revision: str) -> str:
+    """The revision adopt records for a script install at ``revision``: the oldest one with its
+    fingerprint on this server flavor (a later revision that changes no table of this dialect, as
+    0003_ready_order on PostgreSQL, has its predecessor's; adopt then applies it)."""
+    kind = _flavor(dsn)
+    value = _fingerprints(revision)[kind]
+    return next(r for r in _revisions() if _fingerprints(r).get(kind) == value)
+
+
 def test_adopt_records_a_script_install_and_keeps_its_messages(fresh_database):
     dsn = fresh_database("adopt")
     install_from_sql(dsn)
     _push(dsn)
     result = migrate.upgrade(dsn, adopt=True)
-    assert result == migrate.MigrationResult((migrate.head(),), (migrate.head(),), migrate.head())
+    adopted = _adopted_as(dsn, migrate.head())
+    assert result == migrate.MigrationResult((adopted,), (migrate.head(),), adopted)
     assert migrate.current(dsn) == (migrate.head(),)
     assert _ready(dsn) == 1
     assert migrate.upgrade(dsn) == migrate.MigrationResult((migrate.head(),), (migrate.head(),))
@@ -212,7 +228,8 @@ def test_adopt_then_upgrade_to_a_later_revision(fresh_database, second_revision,
     install_from_sql(dsn)
     _push(dsn, n=3)
     result = migrate.upgrade(dsn, adopt=True)
-    assert result == migrate.MigrationResult((DOWN,), (second_revision,), DOWN)
+    adopted = _adopted_as(dsn, DOWN)
+    assert result == migrate.MigrationResult((adopted,), (second_revision,), adopted)
     assert _ready(dsn) == 3
     _assert_like_a_clean_install(dsn, clean_catalog)
 
@@ -313,7 +330,7 @@ def test_adopt_reads_no_routine_and_installs_routines_sql_again(fresh_database, 
     after = catalog(dsn)
     assert after["routines"] != before["routines"], "the routines in the catalog changed"
     assert migrate.fingerprint(dsn) == fingerprint
-    assert migrate.upgrade(dsn, adopt=True).adopted == migrate.head()
+    assert migrate.upgrade(dsn, adopt=True).adopted == _adopted_as(dsn, migrate.head())
     _assert_like_a_clean_install(dsn, clean_catalog)
     smoke(dsn)
 
@@ -541,6 +558,120 @@ def test_ctrl_c_from_the_terminal_while_the_server_works(fresh_database, dialect
         assert "error 0" not in err and "Traceback" not in err, err
     done = _run_migrate(dsn)
     assert done.returncode == 0, done.stderr
+    _assert_like_a_clean_install(dsn, clean_catalog)
+
+
+# ---- statements after the routines ------------------------------------------------------
+
+
+@pytest.fixture
+def after_revision(tmp_path, monkeypatch) -> str:
+    """Our migrations plus a revision with statements after the routines (later_revision.py)."""
+    return with_after_routines_revision(tmp_path, monkeypatch)
+
+
+def _after_probe(dsn: str) -> list[tuple]:
+    """What the after-routines statements of AFTER_REVISION found: 1 when queue_stats, which its
+    statements before the routines dropped, was there again."""
+    return _sql(dsn, "SELECT n FROM pyqueue_after_probe")
+
+
+def _split_units(dialect: str, text: str) -> tuple[int, int]:
+    """How many statements of a revision file run before the routines and after them (MySQL)."""
+    before, after = migrate._split_after_routines(text)
+    return len(split_script(before)), len(split_script(after or ""))
+
+
+def test_statements_after_the_routines_run_after_them(fresh_database, dialect, after_revision, clean_catalog):
+    """A revision file's statements after AFTER_ROUTINES_MARKER run once this version's routines
+    are installed (what the previous release's routines use, such as an index they force, goes
+    there), and --check then finds what a clean install has."""
+    dsn = fresh_database("after")
+    migrate.upgrade(dsn, DOWN)
+    _push(dsn, n=2)
+    assert migrate.upgrade(dsn).after == (after_revision,)
+    assert _after_probe(dsn) == [(1,)]
+    assert _ready(dsn) == 2
+    assert migrate.check(dsn).problems == []
+    _assert_like_a_clean_install(dsn, clean_catalog)
+
+
+def test_a_failure_in_the_routines_leaves_the_after_statements_to_the_next_run(
+    fresh_database, dialect, after_revision, tmp_path, monkeypatch, clean_catalog
+):
+    """PostgreSQL: a revision with statements after the routines is applied in the routines'
+    transaction (nothing of it stays when they fail). MySQL: the revision stays applied and
+    recorded, and the next run installs the routines, then runs the statements after them."""
+    dsn = fresh_database("afterfail")
+    migrate.upgrade(dsn, DOWN)
+    _push(dsn, n=2)
+    _break_routines(monkeypatch, tmp_path, dialect)
+    with pytest.raises(Exception, match="no_such_column"):
+        migrate.upgrade(dsn)
+    assert migrate.current(dsn) == ((DOWN,) if dialect == "postgresql" else (after_revision,))
+    missing = _sql(
+        dsn,
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'pyqueue_after_probe' AND "
+        + ("table_schema = current_schema()" if dialect == "postgresql" else "table_schema = DATABASE()"),
+    )
+    assert missing == [(0,)], "nothing after the routines ran"
+    monkeypatch.setattr(migrate, "sql_file", sql_file)
+    monkeypatch.setattr(migrate, "script", script)
+    assert migrate.upgrade(dsn).after == (after_revision,)
+    assert _after_probe(dsn) == [(1,)]
+    assert _ready(dsn) == 2
+    assert migrate.check(dsn).problems == []
+    _assert_like_a_clean_install(dsn, clean_catalog)
+
+
+@pytest.mark.only_dialect("mysql")
+@pytest.mark.parametrize(
+    "where",
+    [
+        "revision:1",
+        "revision:2:unrecorded",
+        "routines:5",
+        "routines:-1:unrecorded",
+        "after:1:unrecorded",
+        "after:1",
+        "after:2:unrecorded",
+        "after:2",
+        "twice",
+    ],
+)
+def test_an_upgrade_killed_around_the_statements_after_the_routines_is_finished(
+    fresh_database, dialect, where, after_revision, clean_catalog
+):
+    """Killed in the revision's statements, in the routines or in the statements after them (each
+    statement of them, recorded or not), the next run resumes where it was: the routines, then the
+    statements after them, each once; then --check finds what a clean install has."""
+    dsn = fresh_database("afterkill")
+    migrate.upgrade(dsn, DOWN)
+    _push(dsn, n=3)
+    before, after = _split_units(dialect, AFTER_UP["mysql"])
+    routines = _routine_statements(dsn)
+    start = {"revision": 0, "routines": before, "after": before + routines}
+
+    def unit(point: str) -> str:
+        phase, n, *flag = point.split(":")
+        number = int(n) if int(n) > 0 else {"routines": routines}[phase] + int(n)
+        return ":".join([str(start[phase] + number), *flag])
+
+    points = ["routines:3", "after:1:unrecorded"] if where == "twice" else [where]
+    for point in points:
+        # a resumed run counts from its own start: the routines again, then the statements after them
+        killed = _run_migrate(
+            dsn, kill=unit(point) if point == points[0] else str(routines + 1) + ":unrecorded"
+        )
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message") == [(3,)]  # queue_stats may be gone now
+        assert migrate.check(dsn).problems == [f"{migrate.INTERRUPTED} (pyqueue_alembic_progress is there)"]
+    done = _run_migrate(dsn)
+    assert done.returncode == 0, done.stderr
+    assert migrate.current(dsn) == (after_revision,)
+    assert _after_probe(dsn) == [(1,)]
+    assert _ready(dsn) == 3
+    assert migrate.check(dsn).problems == []
     _assert_like_a_clean_install(dsn, clean_catalog)
 
 
