@@ -675,6 +675,139 @@ def test_an_upgrade_killed_around_the_statements_after_the_routines_is_finished(
     _assert_like_a_clean_install(dsn, clean_catalog)
 
 
+# ---- 0003_ready_order (MySQL/MariaDB): the reserve order's column, backfilled online ---------
+
+READY_ORDER = "0003_ready_order"
+READY_ORDER_UP = sql_file("mysql", f"revisions/{READY_ORDER}.up.sql").read_text(encoding="utf-8")
+
+
+def _fill(dsn: str, queue: str, n: int) -> None:
+    """n live messages written straight into pyqueue_message (only their number matters)."""
+    with pyqueue_sql.connect(dsn) as db:
+        db.queue(queue).create()
+    conn = dialects.for_dsn(dsn).connect(dsn)
+    try:
+        cur = conn.cursor()
+        for start in range(0, n, 2000):
+            cur.executemany(
+                "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, scheduled_at,"
+                " scheduled_at_initially, created_at) VALUES (%s, %s, 'job', '{}', NOW(6), NOW(6), NOW(6))",
+                [(queue, f"k{i}") for i in range(start, min(n, start + 2000))],
+            )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _leases(dsn: str, queue: str, n: int) -> list:
+    """n messages pushed and reserved for an hour (the leases live across the migrate)."""
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue(queue).create()
+        for i in range(n):
+            q.push(f"leased{i}", "job", {})
+        return q.reserve(n, timeout=3600)
+
+
+def _assert_backfilled(dsn: str) -> None:
+    """Every message written before the revision has ready_at = scheduled_at (none at the default:
+    no migrate of these tests runs beside a producer), and the backfill's procedure is gone."""
+    assert _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message WHERE ready_at <> scheduled_at") == [(0,)]
+    assert _sql(
+        dsn,
+        "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()"
+        " AND ROUTINE_NAME = 'pyqueue__backfill_ready_at'",
+    ) == [(0,)]
+
+
+def _ready_order_points() -> list[str]:
+    before, after = _split_units("mysql", READY_ORDER_UP)
+    points = [f"{n}{flag}" for n in range(1, before + 1) for flag in ("", ":unrecorded")]
+    return points + [f"after:{n}{flag}" for n in range(1, after + 1) for flag in ("", ":unrecorded")]
+
+
+@pytest.mark.only_dialect("mysql")
+@pytest.mark.parametrize("where", _ready_order_points())
+def test_0003_ready_order_killed_at_each_statement_is_finished_by_the_next_run(
+    fresh_database, where, clean_catalog
+):
+    """From 0002_installed with messages, some of them leased: killed after each statement of the
+    revision, applied and recorded or applied only (and, after the routines, each statement there),
+    the next run finishes it: the column backfilled, the indexes of a clean install, the leases
+    still held (their holders commit them), nothing left over."""
+    dsn = fresh_database("readyorder")
+    migrate.upgrade(dsn, "0002_installed")
+    _fill(dsn, "big", 12)
+    leases = _leases(dsn, "held", 3)
+    if where.startswith("after:"):
+        before, _after = _split_units("mysql", READY_ORDER_UP)
+        point = where.split(":", 1)[1]
+        n, _, flag = point.partition(":")
+        where = ":".join([str(before + _routine_statements(dsn) + int(n))] + ([flag] if flag else []))
+    killed = _run_migrate(dsn, kill=where)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message") == [(15,)]
+    done = _run_migrate(dsn)
+    assert done.returncode == 0, done.stderr
+    assert migrate.current(dsn) == (migrate.head(),)
+    _assert_backfilled(dsn)
+    assert migrate.check(dsn).problems == []
+    _assert_like_a_clean_install(dsn, clean_catalog)
+    with pyqueue_sql.connect(dsn) as db:
+        assert [db.queue("held").commit(lease) for lease in leases] == [True] * 3, "a lease was lost"
+    assert _ready(dsn, "big") == 12
+
+
+@pytest.mark.only_dialect("mysql")
+def test_0003_backfill_commits_each_batch_holds_one_batchs_locks_and_resumes_after_a_kill(fresh_database):
+    """The backfill (ready_at = scheduled_at) runs in batches of 5,000 rows in id order, each its
+    own transaction: while a batch waits for a row another transaction holds, the batches before it
+    are committed (seen from another session) and the migrate's transaction holds the row locks of
+    that one batch only. Its query killed there, migrate fails, and the next run finishes it."""
+    dsn = fresh_database("backfill")
+    migrate.upgrade(dsn, "0002_installed")
+    _fill(dsn, "big", 12_000)
+    # the column first (its ALTER would wait for the holder's open transaction: a metadata lock)
+    killed = _run_migrate(dsn, kill="1")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    holder = dialects.for_dsn(dsn).connect(dsn, autocommit=False)
+    try:
+        cur = holder.cursor()
+        [(held,)] = _sql(dsn, "SELECT id FROM pyqueue_message ORDER BY id LIMIT 1 OFFSET 11000")
+        cur.execute("SELECT id FROM pyqueue_message WHERE id = %s FOR UPDATE", (held,))
+        env = {k: v for k, v in os.environ.items() if k != migrate.TEST_KILL_VARIABLE}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUN, dsn, "heads"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        waiting, deadline = [], time.monotonic() + 120
+        while not waiting and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            waiting = _sql(
+                dsn,
+                "SELECT trx_mysql_thread_id, trx_rows_locked, trx_state FROM information_schema.INNODB_TRX"
+                " WHERE trx_state = 'LOCK WAIT' AND (trx_query LIKE 'CALL pyqueue__backfill_ready_at%'"
+                " OR trx_query LIKE 'UPDATE pyqueue_message SET ready_at%')",
+            )
+        assert waiting, ("the backfill never waited for the held row", proc.poll())
+        [(thread, rows_locked, _state)] = waiting
+        committed = _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message WHERE ready_at = scheduled_at")
+        assert committed == [(10_000,)], "the two batches before the held row are committed"
+        assert rows_locked <= 5_002, rows_locked  # its own batch's rows (and the lock it waits for)
+        _sql(dsn, f"KILL QUERY {int(thread)}")
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode not in (0, -signal.SIGKILL) and "interrupted" in err.lower(), err[-2000:]
+    finally:
+        holder.close()
+    assert _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message WHERE ready_at = scheduled_at") == [(10_000,)]
+    done = _run_migrate(dsn)
+    assert done.returncode == 0, done.stderr
+    _assert_backfilled(dsn)
+    assert migrate.check(dsn).problems == []
+
+
 # ---- the lock, the result, downgrade ---------------------------------------------------
 
 
