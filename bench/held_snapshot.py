@@ -241,8 +241,9 @@ PROBE = {
     ("postgresql", "pyqueue"): f"SELECT * FROM queue_reserve('{QUEUE}', 'probe', interval '300 s', {BATCH})",
     ("postgresql", "pgmq"): f"SELECT * FROM pgmq.read('{QUEUE}', 300, {BATCH})",
     ("postgresql", "plain"): f"SELECT id FROM job WHERE run_at <= now() ORDER BY run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED",
-    ("mysql", "pyqueue"): f"SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx) WHERE m.queue_name = '{QUEUE}' "
-                          f"AND m.priority = 0 AND m.scheduled_at <= UTC_TIMESTAMP(6) ORDER BY m.scheduled_at, m.id LIMIT {BATCH}",
+    ("mysql", "pyqueue"): f"SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx) WHERE m.queue_name = '{QUEUE}' "
+                          f"AND m.priority = 0 AND m.ready_at <= UTC_TIMESTAMP(6) AND m.scheduled_at <= UTC_TIMESTAMP(6) "
+                          f"ORDER BY m.ready_at, m.id LIMIT {BATCH}",
     ("mysql", "plain"): f"SELECT id FROM job WHERE run_at <= UTC_TIMESTAMP(6) ORDER BY run_at, id LIMIT {BATCH}",
 }  # fmt: skip
 

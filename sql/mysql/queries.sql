@@ -155,6 +155,8 @@ CALL queue_wait(%(queue)s, %(kinds)s, %(timeout)s, %(poll)s)
 UPDATE pyqueue_message
    SET scheduled_at = CASE WHEN scheduled_at = CAST('9999-12-31 23:59:59.999999' AS DATETIME(6)) THEN scheduled_at
                            ELSE scheduled_at - INTERVAL %(seconds)s SECOND END,
+       ready_at = CASE WHEN ready_at = CAST('9999-12-31 23:59:59.999999' AS DATETIME(6)) THEN ready_at
+                       ELSE ready_at - INTERVAL %(seconds)s SECOND END,
        scheduled_at_initially = scheduled_at_initially - INTERVAL %(seconds)s SECOND,
        created_at = created_at - INTERVAL %(seconds)s SECOND,
        cancel_requested_at = cancel_requested_at - INTERVAL %(seconds)s SECOND,
@@ -194,6 +196,7 @@ UPDATE pyqueue_message m
     ON m.queue_name = s.queue_name AND m.p_kind = s.p_kind
    AND m.p_key = CONCAT(s.p_key, '@', DATE_FORMAT(s.next_at, '%%Y-%%m-%%dT%%H:%%i:%%sZ'))
    SET m.scheduled_at = s.next_at - INTERVAL %(seconds)s SECOND,
+       m.ready_at = s.next_at - INTERVAL %(seconds)s SECOND,
        m.scheduled_at_initially = s.next_at - INTERVAL %(seconds)s SECOND
  WHERE s.queue_name = %(queue)s AND s.p_key = %(key)s AND s.p_kind = %(kind)s
    AND m.reserve_token IS NULL AND m.scheduled_at = m.scheduled_at_initially

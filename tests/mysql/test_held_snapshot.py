@@ -1,7 +1,7 @@
 """MariaDB: a reserve under a read view held open elsewhere (a report's consistent snapshot). Every
-message consumed since leaves delete-marked entries in pyqueue_message_ready_idx that purge may not
-remove: at the head of priority 0 (where it was pushed) and past now (its lease, deleted by the
-commit). InnoDB steps over delete-marked entries before it checks the end of a range, so a read that
+message consumed since leaves a delete-marked entry in pyqueue_message_order_idx that purge may not
+remove, at the head of priority 0 (where it was pushed; its claim leaves that entry alone, the lease's
+end lives in scheduled_at). InnoDB steps over delete-marked entries before it checks the end of a range, so a read that
 ends without a visible row walks all of them. The short batch reserve's probe for a priority below 0
 reads the index down from the start of priority 0 instead: one entry, however many lie behind it (a scalar
 subquery: inside EXISTS the optimizer drops ORDER BY ... LIMIT and reads up).
@@ -70,7 +70,7 @@ def test_the_probe_below_priority_0_reads_one_entry_behind_a_held_snapshots_dead
     with pyqueue_sql.connect(dsn) as db:
         queue = db.queue("held.probe").create(visibility_timeout=300)
         try:
-            churn_under_a_held_snapshot(report, queue, CHURNED, 50)
+            churn_under_a_held_snapshot(report, queue, 4 * CHURNED, 100)
             sql = below_probe().replace("in_queue", "'held.probe'")
             assert "ORDER BY b.priority DESC LIMIT 1" in sql  # down from the start of priority 0
             read = pages(probe.conn, sql)
@@ -92,12 +92,12 @@ def test_the_probe_below_priority_0_reads_one_entry_behind_a_held_snapshots_dead
 
 def candidates_read(k: int, mark: tuple[str, int] | None) -> str:
     """pyqueue__claim_short_batch's read of candidates, as the routine has it: from the queue's start (mark None)
-    or from a first candidate (scheduled_at, id) as a session's mark starts it."""
+    or from a first candidate (ready_at, id) as a session's mark starts it."""
     body = (
         ROUTINES.read_text().split("CREATE PROCEDURE pyqueue__claim_short_batch(", 1)[1].split("END //", 1)[0]
     )
     [read] = re.findall(
-        r"FROM \((SELECT m\.id, m\.scheduled_at\s+FROM pyqueue_message m .*?LIMIT v_k)\) AS d", body, re.S
+        r"FROM \((SELECT m\.id, m\.ready_at\s+FROM pyqueue_message m .*?LIMIT v_k)\) AS d", body, re.S
     )
     at, below = (f"'{mark[0]}'", str(mark[1] - 1)) if mark else ("NULL", "NULL")
     sql = " ".join(read.split()).replace("in_queue", "'held.ready'").replace("v_now", "UTC_TIMESTAMP(6)")
@@ -116,7 +116,7 @@ def test_the_batch_candidates_are_a_range_read_and_from_a_mark_skip_a_held_snaps
 ):
     """The read of candidates is a range read of the ready index up to now (its end checked as it goes: the
     statistics, which leave delete-marked rows out, made the optimizer read by the queue and priority alone,
-    `scheduled_at <= now` a filter) and, from a session's mark, starts past the entries the churn left."""
+    `ready_at <= now` a filter) and, from a session's mark, starts past the entries the churn left."""
     dsn = installed_database("heldready")
     report, probe = plainsql.Session(dsn), plainsql.Session(dsn)
     if pages(probe.conn, "SELECT 1 FROM pyqueue_message m LIMIT 1") is None:
@@ -131,7 +131,7 @@ def test_the_batch_candidates_are_a_range_read_and_from_a_mark_skip_a_held_snaps
             rows = plainsql.run(probe.conn, candidates_read(50, None))
             assert len(rows) == 50
             start = plan(probe.conn, candidates_read(50, None))
-            assert start["access_type"] == "range" and "scheduled_at" in start["used_key_parts"], start
+            assert start["access_type"] == "range" and "ready_at" in start["used_key_parts"], start
             first = min(rows, key=lambda r: (r[1], r[0]))
             marked = plan(probe.conn, candidates_read(50, (str(first[1]), int(first[0]))))
             assert marked["r_rows"] == 50, marked
@@ -139,8 +139,10 @@ def test_the_batch_candidates_are_a_range_read_and_from_a_mark_skip_a_held_snaps
                 marked["r_engine_stats"]["pages_accessed"],
                 start["r_engine_stats"]["pages_accessed"],
             )
-            # (both count the optimizer's dives into the index; the read from the start, some 20 pages of dead entries)
-            assert whole - read >= 10, (read, whole)
+            # (both count the optimizer's dives into the index and the rows' pages: a claim leaves the ready order
+            # alone, so the consumed messages' entries lie behind the first live one and cost the read from the mark
+            # nothing)
+            assert read <= whole, (read, whole)
         finally:
             report.sql("ROLLBACK")
             report.close()

@@ -423,8 +423,8 @@ def _reserve_as_gap_lock_victim(dsn, sql, queue: str, other: str, n: int) -> dic
     finds while the reserve's claim waits for a gap lock (no handler of the routine runs then).
     The cycle, built on purpose: an application's transaction that has written more than the
     reserve (200 rows pushed into `other`, so the reserve is the victim) holds the gap at the end
-    of priority 0 in the ready index, where the claim of m0 puts its new entry (also locking p0,
-    the first row past that gap); once the reserve waits there, the application asks for m0's row.
+    at the end of the queue's range in the due index, where the claim of m0 puts its new entry (its
+    lease's end); once the reserve waits there, the application asks for m0's row.
     The queue must hold m0 (priority 0) and may hold p-keys at priority 1, claimed before m0.
     Returns {"got": rows} or {"error": errno}."""
     ((m0,),) = sql("SELECT id FROM pyqueue_message WHERE queue_name = %s AND p_key = 'm0'", queue)
@@ -435,8 +435,8 @@ def _reserve_as_gap_lock_victim(dsn, sql, queue: str, other: str, n: int) -> dic
         call(app, "CALL queue_push_batch(%s, %s, NULL, NULL, NULL, NULL)", other, json.dumps(heavy))
         call(
             app,
-            "SELECT id FROM pyqueue_message FORCE INDEX (pyqueue_message_ready_idx)"
-            " WHERE queue_name = %s AND priority = 0 AND scheduled_at > UTC_TIMESTAMP(6) FOR UPDATE",
+            "SELECT id FROM pyqueue_message FORCE INDEX (pyqueue_message_due_idx)"
+            " WHERE queue_name = %s AND scheduled_at > UTC_TIMESTAMP(6) FOR UPDATE",
             queue,
         )
         ((reserver_id,),) = call(reserver, "SELECT CONNECTION_ID()")

@@ -56,9 +56,9 @@ BEGIN
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                     scheduled_at_initially, created_at, attempts)
-            VALUES (v_queue, in_key, in_kind, in_payload, COALESCE(in_priority, 0), v_at,
+            VALUES (v_queue, in_key, in_kind, in_payload, COALESCE(in_priority, 0), v_at, v_at,
                     v_at, v_now, 0);
             SET v_inserted = ROW_COUNT();
         END;
@@ -122,9 +122,9 @@ BEGIN
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                     scheduled_at_initially, created_at, attempts, headers)
-            VALUES (v_queue, in_key, in_kind, in_payload, COALESCE(in_priority, 0), v_at,
+            VALUES (v_queue, in_key, in_kind, in_payload, COALESCE(in_priority, 0), v_at, v_at,
                     v_at, v_now, 0, v_headers);
             SET v_inserted = ROW_COUNT();
         END;
@@ -199,10 +199,10 @@ BEGIN
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                     scheduled_at_initially, created_at, attempts, headers)
             SELECT in_queue, b.k, b.kd, b.payload, COALESCE(b.priority, 0),
-                   COALESCE(b.run_at, v_now), COALESCE(b.run_at, v_now), v_now, 0,
+                   COALESCE(b.run_at, v_now), COALESCE(b.run_at, v_now), COALESCE(b.run_at, v_now), v_now, 0,
                    CASE WHEN in_with_headers AND JSON_TYPE(b.h) = 'OBJECT' THEN JSON_EXTRACT(b.h, '$') END
               FROM JSON_TABLE(in_messages, '$[*]' COLUMNS (
                        ord      FOR ORDINALITY,
@@ -325,9 +325,9 @@ BEGIN
     SET v_at = COALESCE(in_run_at, v_now), v_priority = COALESCE(in_priority, 0);
     attempt: LOOP
         INSERT IGNORE INTO pyqueue_message
-               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+               (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                 scheduled_at_initially, created_at, attempts)
-        VALUES (v_queue, v_key, v_kind, in_payload, v_priority, v_at, v_at, v_now, 0);
+        VALUES (v_queue, v_key, v_kind, in_payload, v_priority, v_at, v_at, v_at, v_now, 0);
         IF ROW_COUNT() > 0 THEN
             SET v_outcome = 'inserted';
             LEAVE attempt;
@@ -339,7 +339,7 @@ BEGIN
            SET payload = in_payload, priority = v_priority,
                -- a blocked one stays blocked (its place moves to v_at); read before it changes
                scheduled_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', scheduled_at, v_at),
-               scheduled_at_initially = v_at,
+               ready_at = scheduled_at, scheduled_at_initially = v_at,
                attempts = 0, reserved_by = NULL, reserve_token = NULL
          WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind
            AND (reserve_token IS NULL OR scheduled_at <= v_now) AND dead_from IS NULL;
@@ -419,14 +419,16 @@ BEGIN
                 SET v_is_head = v_found > 0;
             END IF;
             INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                     scheduled_at_initially, created_at, attempts, group_key, headers)
             VALUES (v_queue, v_key, v_kind, in_payload, COALESCE(in_priority, 0),
+                    IF(v_is_head, v_at, TIMESTAMP '9999-12-31 23:59:59.999999'),
                     IF(v_is_head, v_at, TIMESTAMP '9999-12-31 23:59:59.999999'), v_at, v_now, 0, v_group, v_headers);
             SET v_inserted = ROW_COUNT();
             IF v_inserted = 1 AND v_is_head THEN
                 IF v_head_id IS NOT NULL THEN  -- the displaced head: blocked again
-                    UPDATE pyqueue_message SET scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+                    UPDATE pyqueue_message SET scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999',
+                                               ready_at = TIMESTAMP '9999-12-31 23:59:59.999999'
                      WHERE id = v_head_id;
                 END IF;
                 UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
@@ -548,7 +550,8 @@ BEGIN
                o_id BIGINT       PATH '$[1]')) AS s ON s.g = j.g
       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id IN (j.n_id, s.o_id)
        SET m.scheduled_at = IF(m.id = s.o_id, TIMESTAMP '9999-12-31 23:59:59.999999',
-                               m.scheduled_at_initially)
+                               m.scheduled_at_initially),
+           m.ready_at = IF(m.id = s.o_id, TIMESTAMP '9999-12-31 23:59:59.999999', m.scheduled_at_initially)
      WHERE j.n_id IS NOT NULL AND (j.hk IS NULL OR s.o_id IS NOT NULL);
     UPDATE JSON_TABLE(v_next, '$[*]' COLUMNS (
                g    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
@@ -628,7 +631,7 @@ BEGIN
             END IF;
             -- 2. the messages, those with a group blocked
             INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                     scheduled_at_initially, created_at, attempts, group_key, headers)
             SELECT in_queue,
                    JSON_UNQUOTE(b.k),
@@ -636,6 +639,9 @@ BEGIN
                    JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
                    CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
                         THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(b.g) = 'STRING' THEN TIMESTAMP '9999-12-31 23:59:59.999999'
+                        WHEN JSON_TYPE(b.run_at) = 'STRING' THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6))
+                        ELSE v_now END,
                    CASE WHEN JSON_TYPE(b.g) = 'STRING' THEN TIMESTAMP '9999-12-31 23:59:59.999999'
                         WHEN JSON_TYPE(b.run_at) = 'STRING' THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6))
                         ELSE v_now END,

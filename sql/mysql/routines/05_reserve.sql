@@ -24,10 +24,10 @@ BEGIN
 END //
 
 -- pyqueue__candidates: one page of the ready messages of in_queue in the reserve's order (priority DESC,
--- scheduled_at, id), read WITHOUT locks: at most in_k rows after the keyset position io_* (NULL = from the start;
+-- ready_at, id), read WITHOUT locks: at most in_k rows after the keyset position io_* (NULL = from the start;
 -- moved to the last row), of priority in_priority only (in_rest FALSE: the ready index) or of every priority up to it
 -- (in_rest TRUE: the due index). out_cand: JSON array of [id, attempts, scheduled_at, token, reserved_by, cum,
--- priority], cum a running total of result sizes (queue_pop's packet budget; 0 unless in_sizes); out_got its length;
+-- priority, ready_at], cum a running total of result sizes (queue_pop's packet budget; 0 unless in_sizes); out_got its length;
 -- out_max_attempts its highest attempts; out_expired how many are past their pyqueue.expires_at header. Needs a large group_concat_max_len (the callers raise it).
 DROP PROCEDURE IF EXISTS pyqueue__candidates //
 CREATE PROCEDURE pyqueue__candidates(
@@ -53,24 +53,25 @@ BEGIN
     -- one branch runs (in_rest is constant; the other WHERE is impossible)
     SELECT COUNT(*), MAX(d.attempts), COALESCE(SUM(d.expired), 0),
            CONCAT('[', GROUP_CONCAT(JSON_ARRAY(d.id, d.attempts, DATE_FORMAT(d.scheduled_at, '%Y-%m-%d %H:%i:%s.%f'),
-                                               d.reserve_token, d.reserved_by, d.cum, d.priority)
-                                    ORDER BY d.priority DESC, d.scheduled_at, d.id SEPARATOR ','), ']')
+                                               d.reserve_token, d.reserved_by, d.cum, d.priority,
+                                               DATE_FORMAT(d.ready_at, '%Y-%m-%d %H:%i:%s.%f'))
+                                    ORDER BY d.priority DESC, d.ready_at, d.id SEPARATOR ','), ']')
       INTO out_got, out_max_attempts, out_expired, out_cand
-      FROM (SELECT r.*, SUM(r.size) OVER (ORDER BY r.priority DESC, r.scheduled_at, r.id) AS cum
-              FROM ((SELECT m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
+      FROM (SELECT r.*, SUM(r.size) OVER (ORDER BY r.priority DESC, r.ready_at, r.id) AS cum
+              FROM ((SELECT m.id, m.attempts, m.scheduled_at, m.ready_at, m.reserve_token, m.reserved_by, m.priority,
                             IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind) + COALESCE(LENGTH(m.headers), 0)) + 256, 0) AS size,
                             COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
                                     AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS expired
-                       FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+                       FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
                       WHERE NOT in_rest
-                        AND m.queue_name = in_queue AND m.priority = in_priority AND m.scheduled_at <= in_now
-                        AND (io_id IS NULL
-                             OR m.scheduled_at > io_at OR (m.scheduled_at = io_at AND m.id > io_id))
+                        AND m.queue_name = in_queue AND m.priority = in_priority AND m.ready_at <= in_now
+                        AND m.scheduled_at <= in_now
+                        AND (io_id IS NULL OR m.ready_at > io_at OR (m.ready_at = io_at AND m.id > io_id))
                         AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
-                      ORDER BY m.scheduled_at, m.id
+                      ORDER BY m.ready_at, m.id
                       LIMIT in_k)
                     UNION ALL
-                    (SELECT m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
+                    (SELECT m.id, m.attempts, m.scheduled_at, m.ready_at, m.reserve_token, m.reserved_by, m.priority,
                             IF(in_sizes, 2 * (LENGTH(m.payload) + LENGTH(m.p_key) + LENGTH(m.p_kind) + COALESCE(LENGTH(m.headers), 0)) + 256, 0) AS size,
                             COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
                                     AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS expired
@@ -80,14 +81,14 @@ BEGIN
                         AND (io_id IS NULL
                              OR m.priority < io_pr
                              OR (m.priority = io_pr
-                                 AND (m.scheduled_at > io_at OR (m.scheduled_at = io_at AND m.id > io_id))))
+                                 AND (m.ready_at > io_at OR (m.ready_at = io_at AND m.id > io_id))))
                         AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
-                      ORDER BY m.priority DESC, m.scheduled_at, m.id
+                      ORDER BY m.priority DESC, m.ready_at, m.id
                       LIMIT in_k)) AS r) AS d;
     IF out_got > 0 THEN
         SET v_last = JSON_EXTRACT(out_cand, CONCAT('$[', out_got - 1, ']'));
         SET io_id = JSON_EXTRACT(v_last, '$[0]'),
-            io_at = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_last, '$[2]')) AS DATETIME(6)),
+            io_at = CAST(JSON_UNQUOTE(JSON_EXTRACT(v_last, '$[7]')) AS DATETIME(6)),
             io_pr = JSON_EXTRACT(v_last, '$[6]');
     END IF;
 END //
@@ -252,7 +253,7 @@ BEGIN
     -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
     -- claims insert and commits leave deleted entries until purge, so a queue with nothing above priority 0 starts at
     -- 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when nothing lies below)
-    SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+    SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
                        WHERE m.queue_name = in_queue AND m.priority > 0),
               (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue), 0)
       INTO v_priority;
@@ -368,7 +369,7 @@ BEGIN
     DECLARE v_claims, v_priority, v_found, v_att, v_pr, v_last_pr, v_done INT;
     DECLARE v_steps INT DEFAULT 0;
     DECLARE v_id, v_last_id BIGINT;
-    DECLARE v_at, v_last_at DATETIME(6);
+    DECLARE v_at, v_rat, v_last_at DATETIME(6);
     DECLARE v_tok, v_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_by VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_dead BOOLEAN;
@@ -381,7 +382,7 @@ BEGIN
     -- the top priority to start from: MAX(priority) reads the end of the queue's range in the ready index, where
     -- claims insert and commits leave deleted entries until purge, so a queue with nothing above priority 0 starts at
     -- 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when nothing lies below)
-    SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+    SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
                        WHERE m.queue_name = in_queue AND m.priority > 0),
               (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = in_queue), 0)
       INTO v_priority;
@@ -390,34 +391,33 @@ BEGIN
         candidates: LOOP
             -- the next candidate after the keyset position (no derived table to materialise; no row: v_found = 0)
             IF v_steps < 4 THEN
-                SELECT 1, m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
+                SELECT 1, m.id, m.attempts, m.scheduled_at, m.ready_at, m.reserve_token, m.reserved_by, m.priority,
                        COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
                                     AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE)
-                  INTO v_found, v_id, v_att, v_at, v_tok, v_by, v_pr, v_exp
-                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                 WHERE m.queue_name = in_queue AND m.priority = v_priority AND m.scheduled_at <= in_now
-                   AND (v_last_id IS NULL
-                        OR m.scheduled_at > v_last_at OR (m.scheduled_at = v_last_at AND m.id > v_last_id))
+                  INTO v_found, v_id, v_att, v_at, v_rat, v_tok, v_by, v_pr, v_exp
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
+                 WHERE m.queue_name = in_queue AND m.priority = v_priority AND m.ready_at <= in_now AND m.scheduled_at <= in_now
+                   AND (v_last_id IS NULL OR m.ready_at > v_last_at OR (m.ready_at = v_last_at AND m.id > v_last_id))
                    AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
-                 ORDER BY m.scheduled_at, m.id
+                 ORDER BY m.ready_at, m.id
                  LIMIT 1;
             ELSE
-                SELECT 1, m.id, m.attempts, m.scheduled_at, m.reserve_token, m.reserved_by, m.priority,
+                SELECT 1, m.id, m.attempts, m.scheduled_at, m.ready_at, m.reserve_token, m.reserved_by, m.priority,
                        COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
                                     AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE)
-                  INTO v_found, v_id, v_att, v_at, v_tok, v_by, v_pr, v_exp
+                  INTO v_found, v_id, v_att, v_at, v_rat, v_tok, v_by, v_pr, v_exp
                   FROM pyqueue_message m FORCE INDEX (pyqueue_message_due_idx)
                  WHERE m.queue_name = in_queue AND m.scheduled_at <= in_now AND m.priority <= v_priority
                    AND (v_last_id IS NULL
                         OR m.priority < v_last_pr
                         OR (m.priority = v_last_pr
-                            AND (m.scheduled_at > v_last_at OR (m.scheduled_at = v_last_at AND m.id > v_last_id))))
+                            AND (m.ready_at > v_last_at OR (m.ready_at = v_last_at AND m.id > v_last_id))))
                    AND (in_kinds IS NULL OR JSON_CONTAINS(in_kinds, JSON_QUOTE(m.p_kind)))
-                 ORDER BY m.priority DESC, m.scheduled_at, m.id
+                 ORDER BY m.priority DESC, m.ready_at, m.id
                  LIMIT 1;
             END IF;
             IF v_found = 0 THEN LEAVE candidates; END IF;
-            SET v_last_id = v_id, v_last_at = v_at, v_last_pr = v_pr,
+            SET v_last_id = v_id, v_last_at = v_rat, v_last_pr = v_pr,
                 v_dead = (in_max IS NOT NULL AND v_att >= in_max) OR v_exp;
             IF v_dead AND v_dsecret IS NULL THEN CALL pyqueue__random_token(v_dsecret); END IF;
             SET v_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(IF(v_dead, v_dsecret, in_secret), v_id), 256), 32), 13, 1, '4'),
@@ -599,9 +599,9 @@ BEGIN
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET out_id = NULL;
         SELECT m.id, m.attempts, COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
                                     AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) INTO out_id, v_att, v_exp
-          FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-         WHERE m.queue_name = in_queue AND m.priority = 0 AND m.scheduled_at <= v_now
-         ORDER BY m.scheduled_at, m.id
+          FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
+         WHERE m.queue_name = in_queue AND m.priority = 0 AND m.ready_at <= v_now AND m.scheduled_at <= v_now
+         ORDER BY m.ready_at, m.id
          LIMIT 1
            FOR UPDATE SKIP LOCKED;
     END;
@@ -628,7 +628,7 @@ END //
 -- candidates after the last one go the same way, until in_n are held or none is left. (Not one locking read on the
 -- ready index: it checks for locks every entry it passes, the delete-marked ones that claims and commits leave there
 -- until purge too, and measured slower than the general way.) Against pyqueue__claim it builds no JSON list of
--- candidates and parses only ids. out_ids: a JSON array of the claimed ids in FIFO order (scheduled_at, id);
+-- candidates and parses only ids. out_ids: a JSON array of the claimed ids in FIFO order (ready_at, id);
 -- out_count: how many (0: nothing ready at priority 0, the whole answer when nothing lies below it); NULL, with nothing
 -- claimed, when the short way does not cover the call: a message below priority 0 (the walk over priorities is the
 -- general way's) or a candidate due for dead-lettering or past its pyqueue.expires_at header (the caller rolls back;
@@ -679,17 +679,16 @@ BEGIN
         -- another queue's. Read up from the queue's start, it stepped over every delete-marked entry of priority 0
         -- that an open read view keeps from purge: InnoDB skips those before the end of the range is checked. A
         -- scalar subquery, not EXISTS: inside EXISTS the optimizer drops ORDER BY ... LIMIT and reads up.)
-        SELECT COUNT(*), GROUP_CONCAT(d.id ORDER BY d.scheduled_at, d.id SEPARATOR ','), MAX(d.scheduled_at),
-               MIN(d.scheduled_at),
-               (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
+        SELECT COUNT(*), GROUP_CONCAT(d.id ORDER BY d.ready_at, d.id SEPARATOR ','), MAX(d.ready_at), MIN(d.ready_at),
+               (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_order_idx)
                  WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
           INTO v_got, v_cand, v_at, v_first_at, v_below
-          FROM (SELECT m.id, m.scheduled_at
-                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+          FROM (SELECT m.id, m.ready_at
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
                  WHERE m.queue_name >= in_queue AND m.queue_name <= in_queue AND m.priority >= 0 AND m.priority <= 0
-                   AND m.scheduled_at <= v_now
-                   AND (v_id IS NULL OR m.scheduled_at > v_at OR (m.scheduled_at = v_at AND m.id > v_id))
-                 ORDER BY m.queue_name, m.priority, m.scheduled_at, m.id
+                   AND m.ready_at <= v_now AND m.scheduled_at <= v_now  -- (a leased row: in the range, its lease's end not)
+                   AND (v_id IS NULL OR m.ready_at > v_at OR (m.ready_at = v_at AND m.id > v_id))
+                 ORDER BY m.queue_name, m.priority, m.ready_at, m.id
                  LIMIT v_k) AS d;
         IF v_below THEN LEAVE pages; END IF;
         IF v_from AND v_got < v_k THEN  -- fewer than wanted from the mark: from the start (nothing locked yet)
@@ -705,7 +704,7 @@ BEGIN
                 @pyqueue__ready_id = CAST(SUBSTRING_INDEX(v_cand, ',', 1) AS SIGNED), v_from = FALSE;
         END IF;
         IF v_got = 0 THEN LEAVE pages; END IF;
-        SET v_id = SUBSTRING_INDEX(v_cand, ',', -1);  -- the last candidate (v_at: its scheduled_at)
+        SET v_id = SUBSTRING_INDEX(v_cand, ',', -1);  -- the last candidate (v_at: its ready_at)
         SELECT COUNT(*), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ','), COALESCE(MAX(c.expired), 0)
           INTO v_held, v_att, v_ids, v_exp
           FROM (SELECT j.ord, x.id, x.attempts, COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
@@ -1078,17 +1077,17 @@ BEGIN
           v_budget = @@max_allowed_packet - 4096;
       BEGIN
         DECLARE c_ready CURSOR FOR
-            SELECT m.id, m.scheduled_at, m.p_kind
-              FROM pyqueue_message m
+            SELECT m.id, m.ready_at, m.p_kind
+              FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
              WHERE m.queue_name = v_queue
                AND m.priority = v_priority
-               AND m.scheduled_at <= v_now
+               AND m.ready_at <= v_now AND m.scheduled_at <= v_now
                AND (v_after_id IS NULL
-                    OR m.scheduled_at > v_after_at
-                    OR (m.scheduled_at = v_after_at AND m.id > v_after_id))
+                    OR m.ready_at > v_after_at
+                    OR (m.ready_at = v_after_at AND m.id > v_after_id))
                AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(m.p_kind)))
                AND (v_full IS NULL OR NOT JSON_CONTAINS(v_full, JSON_QUOTE(m.p_kind)))  -- full kinds
-             ORDER BY m.scheduled_at, m.id
+             ORDER BY m.ready_at, m.id
              LIMIT v_page;
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
         -- in the call's own transaction: rolled back whole (by the server already, on a deadlock) and run again
@@ -1116,7 +1115,7 @@ BEGIN
         -- where claims insert and commits leave deleted entries until purge, so a queue with nothing above
         -- priority 0 starts at 0 after one probe clear of it (nothing at 0: the walk goes on down, and ends when
         -- nothing lies below)
-        SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+        SELECT IF(EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
                            WHERE m.queue_name = v_queue AND m.priority > 0),
                   (SELECT MAX(m.priority) FROM pyqueue_message m WHERE m.queue_name = v_queue), 0)
           INTO v_priority;
@@ -1393,7 +1392,7 @@ BEGIN
            OR EXISTS (SELECT 1 FROM pyqueue_rate r
                        WHERE r.queue_name = v_queue
                          AND (v_kinds IS NULL OR r.p_kind = '' OR JSON_CONTAINS(v_kinds, JSON_QUOTE(r.p_kind)))),
-           EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
+           EXISTS (SELECT 1 FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
                     WHERE m.queue_name = v_queue AND m.priority > 0),
            MAX(q.max_reservation)
       INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_above, v_maxres
@@ -1420,6 +1419,7 @@ BEGIN
         BEGIN
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET v_claims = 0; END;
             SET v_claims = 0;
+            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;  -- a leased row it reads past is not kept locked
             START TRANSACTION;
             CALL pyqueue__claim_short(v_queue, in_worker, in_timeout, v_vis, v_max, v_id, v_token);
             SET v_claims = v_id IS NOT NULL;

@@ -79,16 +79,16 @@ BEGIN
             IF NOT v_busy THEN
                 IF in_dead_letter_queue IS NOT NULL THEN
                     INSERT INTO pyqueue_message
-                           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                           (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                             scheduled_at_initially, created_at, attempts, last_error, dead_from, dead_attempts,
                             headers)
                     VALUES (in_dead_letter_queue, v_key, v_kind, v_payload, v_priority,
-                            in_now, in_now, v_created, 0, v_error, in_queue, v_attempts, v_headers)
+                            in_now, in_now, in_now, v_created, 0, v_error, in_queue, v_attempts, v_headers)
                     ON DUPLICATE KEY UPDATE
                            payload = v_payload, priority = v_priority, created_at = v_created,
                            -- (read before it changes: assignments run left to right)
                            scheduled_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', scheduled_at, in_now),
-                           scheduled_at_initially = in_now, attempts = 0,
+                           ready_at = scheduled_at, scheduled_at_initially = in_now, attempts = 0,
                            reserved_by = NULL, reserve_token = NULL,
                            last_error = v_error, dead_from = in_queue, dead_attempts = v_attempts,
                            progress = NULL, cancel_requested_at = NULL, headers = v_headers;
@@ -189,6 +189,7 @@ BEGIN
                 DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
+                       ready_at = scheduled_at,
                        reserve_token = NULL,
                        reserved_by = NULL,
                        last_error = IF(in_set_error, v_error, last_error)
@@ -532,7 +533,7 @@ BEGIN
                 DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
                 UPDATE pyqueue_message
                    SET scheduled_at = v_now + INTERVAL CAST(COALESCE(in_delay, 0) * 1000000 AS SIGNED) MICROSECOND,
-                       reserve_token = NULL, reserved_by = NULL, attempts = GREATEST(attempts - 1, 0)
+                       ready_at = scheduled_at, reserve_token = NULL, reserved_by = NULL, attempts = GREATEST(attempts - 1, 0)
                  WHERE id = v_id AND reserve_token = v_held;
                 SET v_done = ROW_COUNT();
             END;
@@ -680,7 +681,7 @@ BEGIN
                            cancel_requested_at = IF(v_to_queue = v_queue, cancel_requested_at, NULL),
                            queue_name = v_to_queue,
                            payload = COALESCE(in_payload, payload),
-                           scheduled_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
+                           scheduled_at = v_now, ready_at = v_now, scheduled_at_initially = v_now, created_at = v_now,
                            reserved_by = NULL, reserve_token = NULL
                      WHERE id = v_id AND reserve_token = v_held;
                     SET v_done = ROW_COUNT();  -- replaced below when the handler fired
@@ -792,7 +793,7 @@ BEGIN
         FETCH c_held INTO v_id, v_token;
         IF v_done = 1 THEN LEAVE held; END IF;
         UPDATE pyqueue_message FORCE INDEX (PRIMARY)
-           SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+           SET scheduled_at = v_now, ready_at = v_now, reserve_token = NULL, reserved_by = NULL
          WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now;
         SET v_count = v_count + ROW_COUNT();
     END LOOP;

@@ -78,7 +78,7 @@ BEGIN
     END;
     END IF;
     IF v_found = 1 THEN
-        UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = v_id;
+        UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now), ready_at = scheduled_at WHERE id = v_id;
         UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind
          WHERE queue_name = in_queue AND group_key = in_group;
     ELSE
@@ -142,7 +142,7 @@ BEGIN
                    FOR UPDATE;
             END;
             IF v_found = 0 THEN LEAVE fill; END IF;
-            UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = v_id;
+            UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now), ready_at = scheduled_at WHERE id = v_id;
             SET v_start = v_start + 1;
         END WHILE;
         IF v_start > 0 THEN
@@ -222,8 +222,8 @@ BEGIN
                      LIMIT 1
                        FOR UPDATE SKIP LOCKED) AS x;
             IF v_old IS NOT NULL THEN
-                UPDATE pyqueue_message SET scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999' WHERE id = v_old;
-                UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now) WHERE id = in_id;
+                UPDATE pyqueue_message SET scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', ready_at = scheduled_at WHERE id = v_old;
+                UPDATE pyqueue_message SET scheduled_at = GREATEST(scheduled_at_initially, in_now), ready_at = scheduled_at WHERE id = in_id;
             END IF;
         END IF;
     END IF;
@@ -340,7 +340,7 @@ BEGIN
                            progress = NULL, cancel_requested_at = NULL,
                            queue_name = in_to_queue,
                            payload = COALESCE(in_payload, payload),
-                           scheduled_at = in_now, scheduled_at_initially = in_now, created_at = in_now,
+                           scheduled_at = in_now, ready_at = in_now, scheduled_at_initially = in_now, created_at = in_now,
                            reserved_by = NULL, reserve_token = NULL
                      WHERE id = in_id AND queue_name = in_queue AND reserve_token <=> in_token
                        AND (in_how = 'move' OR scheduled_at <= in_now);
@@ -540,7 +540,7 @@ BEGIN
         SET v_need = GREATEST(v_k - v_live, 0);
         IF v_need > 0 THEN
             UPDATE pyqueue_message FORCE INDEX (pyqueue_message_group_idx)
-               SET scheduled_at = GREATEST(scheduled_at_initially, in_now)
+               SET scheduled_at = GREATEST(scheduled_at_initially, in_now), ready_at = scheduled_at
              WHERE queue_name = in_queue AND group_key = v_group
                AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
              ORDER BY scheduled_at_initially, id

@@ -591,7 +591,7 @@ BEGIN
            EXISTS (SELECT 1 FROM pyqueue_limit l WHERE l.queue_name = v_queue)
            OR EXISTS (SELECT 1 FROM pyqueue_rate r WHERE r.queue_name = v_queue), MAX(q.history_retention) IS NOT NULL,
            COALESCE(MAX(m.id), 0), MAX(m.group_key), MAX(m.scheduled_at) <= UTC_TIMESTAMP(6),
-           EXISTS (SELECT 1 FROM pyqueue_message p FORCE INDEX (pyqueue_message_ready_idx)
+           EXISTS (SELECT 1 FROM pyqueue_message p FORCE INDEX (pyqueue_message_order_idx)
                     WHERE p.queue_name = v_queue AND p.priority > 0),
            MAX(q.max_reservation), MAX(q.result_retention) IS NOT NULL
       INTO v_found, v_vis, v_max, v_dlq, v_paused, v_limited, v_history, v_id, v_group, v_expired, v_above, v_maxres,

@@ -218,9 +218,9 @@ BEGIN
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                     scheduled_at_initially, created_at, attempts, headers)
-            SELECT q.queue_name, v_key, v_kind, in_payload, COALESCE(in_priority, 0), v_at, v_at, v_now, 0, v_headers
+            SELECT q.queue_name, v_key, v_kind, in_payload, COALESCE(in_priority, 0), v_at, v_at, v_at, v_now, 0, v_headers
               FROM (SELECT DISTINCT b.queue_name
                       FROM pyqueue_binding b
                      WHERE v_topic REGEXP b.pattern_regex
@@ -307,7 +307,7 @@ BEGIN
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                     scheduled_at_initially, created_at, attempts, headers)
             SELECT q.queue_name,
                    JSON_UNQUOTE(b.k),
@@ -315,6 +315,8 @@ BEGIN
                    JSON_EXTRACT(b.payload, '$'),  -- normalised as JSON_EXTRACT of the element would
                    CASE WHEN JSON_TYPE(b.priority) IN ('INTEGER', 'UNSIGNED INTEGER')
                         THEN CAST(CAST(b.priority AS CHAR) AS SIGNED) ELSE 0 END,
+                   CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
+                        THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
                    CASE WHEN JSON_TYPE(b.run_at) = 'STRING'
                         THEN CAST(JSON_UNQUOTE(b.run_at) AS DATETIME(6)) ELSE v_now END,
                    CASE WHEN JSON_TYPE(b.run_at) = 'STRING'

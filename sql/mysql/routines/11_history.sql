@@ -134,9 +134,9 @@ BEGIN
     IF in_from > in_to THEN CALL pyqueue__raise('invalid_argument', 'from must not be later than to'); END IF;
     SET v_now = UTC_TIMESTAMP(6);
     INSERT IGNORE INTO pyqueue_message
-           (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+           (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
             scheduled_at_initially, created_at, attempts, headers)
-    SELECT v_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now, 0, h.headers
+    SELECT v_queue, h.p_key, h.p_kind, h.payload, h.priority, v_now, v_now, v_now, v_now, 0, h.headers
       FROM (SELECT x.p_key, x.p_kind, x.payload, x.priority, x.headers,
                    ROW_NUMBER() OVER (PARTITION BY x.p_key, x.p_kind
                                       ORDER BY x.processed_at DESC, x.id DESC) AS rn
@@ -237,7 +237,7 @@ BEGIN
                                   FOR UPDATE SKIP LOCKED) AS c
                   STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.id
                    SET m.queue_name = v_to,
-                       m.scheduled_at = v_now, m.scheduled_at_initially = v_now, m.created_at = v_now,
+                       m.scheduled_at = v_now, m.ready_at = v_now, m.scheduled_at_initially = v_now, m.created_at = v_now,
                        m.attempts = 0, m.reserved_by = NULL, m.reserve_token = NULL,
                        m.dead_from = NULL, m.dead_attempts = NULL;
                 SET v_moved = ROW_COUNT();

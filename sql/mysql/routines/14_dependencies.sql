@@ -62,6 +62,7 @@ BEGIN
     -- due now, or at its run_at (kept in scheduled_at_initially while it waited)
     UPDATE pyqueue_message FORCE INDEX (PRIMARY)
        SET scheduled_at = GREATEST(v_now, scheduled_at_initially),
+           ready_at = scheduled_at,
            scheduled_at_initially = GREATEST(v_now, scheduled_at_initially)
      WHERE id = in_msg AND queue_name = in_queue AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
 END //
@@ -738,9 +739,10 @@ BEGIN
             SET v_wait = v_left > 0 AND NOT (v_on = 'failure' AND v_failed > 0);
             SET v_now = UTC_TIMESTAMP(6);
             INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, scheduled_at_initially, created_at,
-                    attempts, headers)
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at, scheduled_at_initially,
+                    created_at, attempts, headers)
             VALUES (v_queue, v_key, v_kind, in_payload, COALESCE(in_priority, 0),
+                    IF(v_wait, TIMESTAMP '9999-12-31 23:59:59.999999', GREATEST(v_now, COALESCE(in_run_at, v_now))),
                     IF(v_wait, TIMESTAMP '9999-12-31 23:59:59.999999', GREATEST(v_now, COALESCE(in_run_at, v_now))),
                     IF(v_wait, COALESCE(in_run_at, v_now), GREATEST(v_now, COALESCE(in_run_at, v_now))), v_now, 0,
                     v_headers);

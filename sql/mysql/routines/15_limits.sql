@@ -373,31 +373,32 @@ BEGIN
         END IF;
         -- a page in FIFO order (the limited kind left out once its slots are used), its ids as allowed: the limited
         -- kind's past the slots left dropped
-        SELECT COUNT(*), MAX(w.scheduled_at),
-               SUBSTRING_INDEX(GROUP_CONCAT(w.id ORDER BY w.scheduled_at, w.id SEPARATOR ','), ',', -1),
-               GROUP_CONCAT(IF(w.lim AND w.rn > v_slots - v_lused, NULL, w.id) ORDER BY w.scheduled_at, w.id SEPARATOR ','),
-               (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_ready_idx)
+        SELECT COUNT(*), MAX(w.ready_at),
+               SUBSTRING_INDEX(GROUP_CONCAT(w.id ORDER BY w.ready_at, w.id SEPARATOR ','), ',', -1),
+               GROUP_CONCAT(IF(w.lim AND w.rn > v_slots - v_lused, NULL, w.id) ORDER BY w.ready_at, w.id SEPARATOR ','),
+               (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_order_idx)
                  WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
                OR COALESCE(MAX(w.due), FALSE), v_mixed OR COALESCE(MIN(w.lim), 1) = 0,
                -- (the kind not full yet and a live mark: is any message ready after it? One entry of the index)
                IF(v_full OR v_kind IS NULL OR NOT (@pyqueue__full_key = v_mkey)
                   OR NOT (@pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND), NULL,
-                  (SELECT COUNT(*) FROM (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_ready_idx)
+                  (SELECT COUNT(*) FROM (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_order_idx)
                                           WHERE a.queue_name = in_queue AND a.priority = 0
-                                            AND a.scheduled_at > @pyqueue__full_at AND a.scheduled_at <= v_now
+                                            AND a.ready_at > @pyqueue__full_at AND a.ready_at <= v_now
+                                            AND a.scheduled_at <= v_now
                                           LIMIT 1) AS a))
           INTO v_got, v_at, v_id, v_cand, v_below, v_mixed, v_after
-          FROM (SELECT d.id, d.scheduled_at, d.lim, d.due,
-                       ROW_NUMBER() OVER (PARTITION BY d.lim ORDER BY d.scheduled_at, d.id) AS rn
-                  FROM (SELECT m.id, m.scheduled_at, m.p_kind <=> v_kind AS lim,
+          FROM (SELECT d.id, d.ready_at, d.lim, d.due,
+                       ROW_NUMBER() OVER (PARTITION BY d.lim ORDER BY d.ready_at, d.id) AS rn
+                  FROM (SELECT m.id, m.ready_at, m.p_kind <=> v_kind AS lim,
                                (in_max IS NOT NULL AND m.attempts >= in_max)
                                OR COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
                                   AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS due
-                          FROM pyqueue_message m FORCE INDEX (pyqueue_message_ready_idx)
-                         WHERE m.queue_name = in_queue AND m.priority = 0 AND m.scheduled_at <= v_now
-                           AND (v_at IS NULL OR m.scheduled_at > v_at OR (m.scheduled_at = v_at AND m.id > v_id))
+                          FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
+                         WHERE m.queue_name = in_queue AND m.priority = 0 AND m.ready_at <= v_now AND m.scheduled_at <= v_now
+                           AND (v_at IS NULL OR m.ready_at > v_at OR (m.ready_at = v_at AND m.id > v_id))
                         HAVING v_lused < v_slots OR NOT lim OR due  -- (a full kind's, only one due: the general way)
-                         ORDER BY m.priority, m.scheduled_at, m.id
+                         ORDER BY m.priority, m.ready_at, m.id
                          LIMIT v_k) AS d) AS w;
         IF v_full AND NOT v_below AND v_got < v_k THEN  -- read to the end: up to v_now none but the full kind's left
             IF NOT v_marked THEN  -- (read from the start)

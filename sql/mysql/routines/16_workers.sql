@@ -134,7 +134,7 @@ BEGIN
             FETCH c_held INTO v_id, v_token;
             IF v_done = 1 THEN LEAVE held; END IF;
             UPDATE pyqueue_message FORCE INDEX (PRIMARY)
-               SET scheduled_at = v_now, reserve_token = NULL, reserved_by = NULL
+               SET scheduled_at = v_now, ready_at = v_now, reserve_token = NULL, reserved_by = NULL
              WHERE id = v_id AND reserve_token = v_token AND scheduled_at > v_now;
             SET v_count = v_count + ROW_COUNT();
         END LOOP;

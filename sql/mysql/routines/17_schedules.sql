@@ -172,10 +172,10 @@ BEGIN
              WHERE queue_name = in_queue AND p_key = v_base AND p_kind = in_kind AND next_at = v_at;
             IF ROW_COUNT() = 1 THEN
                 INSERT IGNORE INTO pyqueue_message
-                       (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                       (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                         scheduled_at_initially, created_at, attempts)
                 VALUES (in_queue, CONCAT(v_base, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), in_kind,
-                        v_payload, 0, v_next, v_next, v_now, 0);
+                        v_payload, 0, v_next, v_next, v_next, v_now, 0);
             END IF;
         END IF;
     END IF;
@@ -253,10 +253,10 @@ BEGIN
                     END IF;
                     IF v_again = 0 THEN
                         INSERT IGNORE INTO pyqueue_message
-                               (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                               (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                                 scheduled_at_initially, created_at, attempts)
                         VALUES (v_queue, CONCAT(v_key, '@', DATE_FORMAT(v_next, '%Y-%m-%dT%H:%i:%sZ')), v_kind,
-                                in_payload, 0, v_next, v_next, v_now, 0);
+                                in_payload, 0, v_next, v_next, v_next, v_now, 0);
                         SET v_result = v_next;
                     END IF;
                 END IF;

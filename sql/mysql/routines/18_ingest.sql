@@ -211,10 +211,10 @@ BEGIN
             CALL pyqueue__ingest_dups(v_queue, v_max, v_dups);
             -- what is left passed every check: IGNORE skips only repeats and rows that went live meanwhile
             INSERT IGNORE INTO pyqueue_message
-                   (queue_name, p_key, p_kind, payload, priority, scheduled_at,
+                   (queue_name, p_key, p_kind, payload, priority, scheduled_at, ready_at,
                     scheduled_at_initially, created_at, attempts)
             SELECT i.queue_name, i.p_key, i.p_kind, i.payload, COALESCE(i.priority, 0),
-                   COALESCE(i.run_at, v_now), COALESCE(i.run_at, v_now), v_now, 0
+                   COALESCE(i.run_at, v_now), COALESCE(i.run_at, v_now), COALESCE(i.run_at, v_now), v_now, 0
               FROM queue_ingest i
              WHERE i.ingest_id <= v_max AND (v_queue IS NULL OR i.queue_name = v_queue)
              ORDER BY i.ingest_id
