@@ -8,7 +8,9 @@ Create Date: 2026-11-29
 
 Up: sql/<dialect>/revisions/0003_ready_order.up.sql. MySQL/MariaDB, online: the column added
 instantly, backfilled in batches of 5,000 rows (each its own transaction), the new index built
-with LOCK=NONE.
+with LOCK=NONE; after this version's routines are installed (the previous release's read the old
+index until then), the old index dropped: the statements after the file's line
+migrate.AFTER_ROUTINES_MARKER.
 Down: sql/<dialect>/revisions/0003_ready_order.down.sql.
 """
 
@@ -25,7 +27,7 @@ depends_on = None
 # revision with it, and applies this one.
 FINGERPRINTS = {
     "postgresql": "1714ee54e2ea9f3d19aa4f55e30d7ddd",
-    "mariadb": "bb28f1a4754ecd9fff0a58adbaa0fd50",
+    "mariadb": "5db0969009828daec19c7b3007798860",
 }
 
 

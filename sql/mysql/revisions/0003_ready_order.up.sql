@@ -69,3 +69,11 @@ DROP PROCEDURE pyqueue__backfill_ready_at;
 ALTER TABLE pyqueue_message
     ADD INDEX pyqueue_message_order_idx (queue_name, priority, ready_at, id),
     ALGORITHM = INPLACE, LOCK = NONE;
+
+-- pyqueue-sql migrate: the statements below run after the routines
+-- 4. The old ready index goes once this version's routines are installed: the previous release's routines read it
+--    (FORCE INDEX) until they are replaced. Dropping an index changes the catalog only. A fresh install runs this
+--    file whole, before the routines.
+ALTER TABLE pyqueue_message
+    DROP INDEX pyqueue_message_ready_idx,
+    ALGORITHM = INPLACE, LOCK = NONE;
