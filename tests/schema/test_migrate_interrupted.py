@@ -35,6 +35,7 @@ from .later_revision import (
     with_after_routines_revision,
     with_later_revision,
 )
+from .releases import ROOT, latest, released_file, require_history
 from .test_migrations import break_sql_file, catalog, install_from_sql, smoke
 
 pytestmark = pytest.mark.slow
@@ -289,7 +290,7 @@ def test_a_script_install_of_0_1_0_is_adopted_as_the_baseline_and_upgraded(fresh
     conn = dialect.connect(dsn)
     try:
         cur = conn.cursor()
-        text = script(dialect.name, "schema.sql") + "\n" + script(dialect.name, "routines")
+        text = script(dialect.name, "schema.sql") + "\n" + _released_routines(dialect.name)
         for statement in [text] if dialect.name == "postgresql" else split_script(text):
             cur.execute(statement)
         cur.close()
@@ -333,6 +334,41 @@ def test_adopt_reads_no_routine_and_installs_routines_sql_again(fresh_database, 
     assert migrate.upgrade(dsn, adopt=True).adopted == _adopted_as(dsn, migrate.head())
     _assert_like_a_clean_install(dsn, clean_catalog)
     smoke(dsn)
+
+
+def _released_routines(dialect: str) -> str:
+    """routines/ of the newest release (RELEASES) as one script, read from git: what runs in a
+    database that release installed, until migrate replaces it."""
+    release = latest()
+    require_history(release.commit)
+    folder = f"sql/{dialect}/routines"
+    names = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{release.commit}:{folder}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    return "\n".join(
+        released_file(release.commit, f"{folder}/{name}").decode().rstrip("\n") + "\n"
+        for name in sorted(names)
+        if name.endswith(".sql")
+    )
+
+
+def _install_0002_with_the_releases_routines(dsn: str, monkeypatch) -> None:
+    """0002_installed with the newest release's routines (head's need the tables of head), as a
+    database upgraded to 0002_installed by a build of that time holds them."""
+    text = _released_routines(dialects.for_dsn(dsn).name)
+
+    def released(dialect: str, replace_in_place: bool = False) -> str:
+        return (
+            migrate._DROP_THEN_CREATE.sub(r"\3CREATE OR REPLACE \1 \2(", text) if replace_in_place else text
+        )
+
+    with monkeypatch.context() as patched:
+        patched.setattr(migrate, "routines_script", released)
+        migrate.upgrade(dsn, "0002_installed")
 
 
 def _flavor(dsn: str) -> str:
@@ -728,14 +764,14 @@ def _ready_order_points() -> list[str]:
 @pytest.mark.only_dialect("mysql")
 @pytest.mark.parametrize("where", _ready_order_points())
 def test_0003_ready_order_killed_at_each_statement_is_finished_by_the_next_run(
-    fresh_database, where, clean_catalog
+    fresh_database, where, clean_catalog, monkeypatch
 ):
     """From 0002_installed with messages, some of them leased: killed after each statement of the
     revision, applied and recorded or applied only (and, after the routines, each statement there),
     the next run finishes it: the column backfilled, the indexes of a clean install, the leases
     still held (their holders commit them), nothing left over."""
     dsn = fresh_database("readyorder")
-    migrate.upgrade(dsn, "0002_installed")
+    _install_0002_with_the_releases_routines(dsn, monkeypatch)
     _fill(dsn, "big", 12)
     leases = _leases(dsn, "held", 3)
     if where.startswith("after:"):
@@ -758,13 +794,15 @@ def test_0003_ready_order_killed_at_each_statement_is_finished_by_the_next_run(
 
 
 @pytest.mark.only_dialect("mysql")
-def test_0003_backfill_commits_each_batch_holds_one_batchs_locks_and_resumes_after_a_kill(fresh_database):
+def test_0003_backfill_commits_each_batch_holds_one_batchs_locks_and_resumes_after_a_kill(
+    fresh_database, monkeypatch
+):
     """The backfill (ready_at = scheduled_at) runs in batches of 5,000 rows in id order, each its
     own transaction: while a batch waits for a row another transaction holds, the batches before it
     are committed (seen from another session) and the migrate's transaction holds the row locks of
     that one batch only. Its query killed there, migrate fails, and the next run finishes it."""
     dsn = fresh_database("backfill")
-    migrate.upgrade(dsn, "0002_installed")
+    _install_0002_with_the_releases_routines(dsn, monkeypatch)
     _fill(dsn, "big", 12_000)
     # the column first (its ALTER would wait for the holder's open transaction: a metadata lock)
     killed = _run_migrate(dsn, kill="1")
