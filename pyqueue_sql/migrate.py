@@ -6,11 +6,14 @@ sql/<dialect>/uninstall.sql. Each later table change is one revision whose upgra
 sql/<dialect>/revisions/<revision>.up.sql (:func:`run_sql_file`) and asks for the routines
 (:func:`run_routines`). The routines (sql/<dialect>/routines/, what `pyqueue-sql sql` prints after
 the tables) are installed once, after the last revision of a run, so a routine may use what any
-revision adds; a run with no revision to apply installs them again when the SQL it last
-installed was another version's, or a routine differs from what it installed. At the end of a
-run, what it installed is recorded in ``pyqueue_installed`` (:func:`check`: `pyqueue-sql migrate
---check`). On PostgreSQL (a DSN, or a connection not inside a transaction) the revisions are
-committed before the routines are installed, so their table locks last their DDL only.
+revision adds; the statements of a revision file after its line AFTER_ROUTINES_MARKER run after
+them, in a step of their own (what the previous release's routines use until they are replaced).
+A run with no revision to apply installs them again when the SQL it last installed was another
+version's, or a routine differs from what it installed. At the end of a run, what it installed is
+recorded in ``pyqueue_installed`` (:func:`check`: `pyqueue-sql migrate --check`). On PostgreSQL (a
+DSN, or a connection not inside a transaction) the revisions are committed before the routines
+are installed, so their table locks last their DDL only (unless a revision has statements after
+the routines: then the run is one transaction, so that none of it stays without the others).
 
 Our revisions are recorded in their own version table, ``pyqueue_alembic_version``,
 and never mix with an application's.
