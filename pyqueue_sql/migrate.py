@@ -1047,9 +1047,11 @@ class _Run:
             steps = self.steps(script, direction, revision, heads)
             resumed = self.progress.step if self.progress is not None else None
             resumed_kind, self.after_routines = _after_routines_of(resumed)
-            # a run resuming the routines step (or the one after it) of a run that applied revisions
-            # records the tables as that run would have
-            revisions_run = bool(steps) or resumed == ROUTINES_STEP or resumed_kind is not None
+            # a run resuming the routines step (or the one after it) of a run that applied revisions,
+            # or adopted the schema, records the tables as that run would have
+            revisions_run = (
+                bool(steps) or resumed in (ROUTINES_STEP, ADOPTED_ROUTINES) or resumed_kind is not None
+            )
             if direction == "upgrade" and resumed_kind == "after" and not steps:
                 steps.append(_Plan(resumed, _run_after_routines, None))  # the routines are done
             elif direction == "upgrade" and (
