@@ -6,11 +6,14 @@ sql/<dialect>/uninstall.sql. Each later table change is one revision whose upgra
 sql/<dialect>/revisions/<revision>.up.sql (:func:`run_sql_file`) and asks for the routines
 (:func:`run_routines`). The routines (sql/<dialect>/routines/, what `pyqueue-sql sql` prints after
 the tables) are installed once, after the last revision of a run, so a routine may use what any
-revision adds; a run with no revision to apply installs them again when the SQL it last
-installed was another version's, or a routine differs from what it installed. At the end of a
-run, what it installed is recorded in ``pyqueue_installed`` (:func:`check`: `pyqueue-sql migrate
---check`). On PostgreSQL (a DSN, or a connection not inside a transaction) the revisions are
-committed before the routines are installed, so their table locks last their DDL only.
+revision adds; the statements of a revision file after its line AFTER_ROUTINES_MARKER run after
+them, in a step of their own (what the previous release's routines use until they are replaced).
+A run with no revision to apply installs them again when the SQL it last installed was another
+version's, or a routine differs from what it installed. At the end of a run, what it installed is
+recorded in ``pyqueue_installed`` (:func:`check`: `pyqueue-sql migrate --check`). On PostgreSQL (a
+DSN, or a connection not inside a transaction) the revisions are committed before the routines
+are installed, so their table locks last their DDL only (unless a revision has statements after
+the routines: then the run is one transaction, so that none of it stays without the others).
 
 Our revisions are recorded in their own version table, ``pyqueue_alembic_version``,
 and never mix with an application's.
@@ -131,6 +134,9 @@ class _Step:
     # installed once, after the last revision of the run (_install_routines).
     defer_routines: bool = True
     routines_due: bool = False
+    # The files whose statements after AFTER_ROUTINES_MARKER are still to run, after the routines
+    # (run_sql_file adds them; the run's after-routines step runs them): shared by every step of a run.
+    after_routines: list[str] = dataclasses.field(default_factory=list)
 
 
 _STEP: contextvars.ContextVar[_Step | None] = contextvars.ContextVar(
@@ -147,21 +153,51 @@ def _current_step() -> _Step:
     return step
 
 
+# A line of a revision's up file: the statements below it run after the routines of the run are
+# installed (a fresh install, `pyqueue-sql sql`, runs the whole file before the routines). What the
+# previous release's routines still use while migrate runs (an index they FORCE) goes there.
+AFTER_ROUTINES_MARKER = "-- pyqueue-sql migrate: the statements below run after the routines"
+
+
 def run_sql_file(filename: str, folder: str | Path | None = None) -> None:
     """Runs the DDL file ``<folder>/<dialect>/<filename>`` (default folder: sql/, the
     current state) on the connection of the running migration (called by the revision
     files). PostgreSQL: the whole file inside the run's transaction. MySQL: statement
     by statement, each one recorded, so an interrupted run resumes after the last
-    recorded statement."""
+    recorded statement. The statements after a line AFTER_ROUTINES_MARKER run later, after
+    the routines of the run are installed (the run's last step; MySQL: recorded as above)."""
     step = _current_step()
-    path = (
-        sql_file(step.dialect.name, filename)
-        if folder is None
-        else Path(folder) / step.dialect.name / filename
-    )
+    label = filename if folder is None else str(Path(folder).resolve() / step.dialect.name / filename)
+    before, after = _split_after_routines(_read_sql_file(step.dialect.name, label))
+    _run_script(step, before, rerunnable=False)
+    if after is not None and label not in step.after_routines:
+        step.after_routines.append(label)
+
+
+def _read_sql_file(dialect: str, label: str) -> str:
+    """A revision's file by its label: a name under sql/<dialect>/, or an absolute path."""
+    path = Path(label) if Path(label).is_absolute() else sql_file(dialect, label)
     if not path.is_file():
         raise FileNotFoundError(f"migration file {path} is missing: is this installation complete?")
-    _run_script(step, path.read_text(encoding="utf-8"), rerunnable=False)
+    return path.read_text(encoding="utf-8")
+
+
+def _split_after_routines(text: str) -> tuple[str, str | None]:
+    """A file's statements before AFTER_ROUTINES_MARKER, and those after it (None: no marker)."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.strip() == AFTER_ROUTINES_MARKER:
+            return "".join(lines[:i]), "".join(lines[i + 1 :])
+    return text, None
+
+
+def _run_after_routines() -> None:
+    """The step after the routines: the statements after AFTER_ROUTINES_MARKER of each revision
+    file of the run, one file after the other, in the order the revisions ran them."""
+    step = _current_step()
+    for label in list(step.after_routines):
+        _before, after = _split_after_routines(_read_sql_file(step.dialect.name, label))
+        _run_script(step, after or "", rerunnable=False)
 
 
 def run_routines() -> None:
@@ -886,6 +922,35 @@ class _Plan:
 # The last step of an upgrade: routines/ once, after every revision of the run (the name is
 # recorded in the progress table of an interrupted run on MySQL, so it stays as it is).
 ROUTINES_STEP = "routines after the revisions"
+# The same step of a run that applies no revision (the routines differ from those recorded): its
+# own name, so that a run resuming it keeps the tables' record as that run would have.
+ROUTINES_AGAIN_STEP = "routines again, no revision to apply"
+# The step after the routines, when a revision file of the run has statements after
+# AFTER_ROUTINES_MARKER: named after those files (labels, as run_sql_file was given them), and the
+# routines step before it is named after it too, so that a run interrupted in either resumes both
+# from the progress table alone (the revisions are recorded in the version table by then).
+AFTER_ROUTINES_STEP = "after the routines: "
+_STEP_NAME_LENGTH = 255  # pyqueue_alembic_progress.step
+
+
+def _after_routines_step(labels: list[str]) -> str:
+    return AFTER_ROUTINES_STEP + ", ".join(labels)
+
+
+def _routines_step(base: str, labels: list[str]) -> str:
+    return f"{base}; {_after_routines_step(labels)}" if labels else base
+
+
+def _after_routines_of(resumed: str | None) -> tuple[str | None, list[str]]:
+    """The step an interrupted run stopped in, read back: ('routines', labels) for a routines step
+    with statements after it, ('after', labels) for the after-routines step, else (None, [])."""
+    if resumed is None:
+        return None, []
+    prefix = f"{ROUTINES_STEP}; {AFTER_ROUTINES_STEP}"
+    for kind, start in (("routines", prefix), ("after", AFTER_ROUTINES_STEP)):
+        if resumed.startswith(start):
+            return kind, resumed[len(start) :].split(", ")
+    return None, []
 
 
 class _Run:
@@ -894,6 +959,7 @@ class _Run:
         self.progress: _MySQLProgress | None = None
         self.units = 0
         self.kill = _test_kill_plan()
+        self.after_routines: list[str] = []  # _Step.after_routines of every step of the run
 
     def count(self, recorded: bool) -> None:
         """Test hook: see TEST_KILL_VARIABLE."""
@@ -916,9 +982,23 @@ class _Run:
         transaction = self.connection.info.get(_OWN_TRANSACTION)
         if transaction is None or not self.dialect.transactional_ddl:
             return
+        if self.after_routines:
+            # statements to run after the routines: all in one transaction, or a failure of the
+            # routines would leave them undone behind revisions already committed
+            return
         transaction.commit()
         self.connection.info[_OWN_TRANSACTION] = self.connection.begin()
         _rows(self.connection, self.dialect, "migration_lock")
+
+    def _name(self, step: _Plan) -> str:
+        """A step's name as recorded: the routines step of a run whose revisions left statements to
+        run after the routines names them."""
+        if step.run is _install_routines and step.name == ROUTINES_STEP:
+            name = _routines_step(ROUTINES_STEP, self.after_routines)
+            if len(name) > _STEP_NAME_LENGTH:
+                raise MigrationError(f"the step name {name!r} is longer than {_STEP_NAME_LENGTH} characters")
+            return name
+        return step.name
 
     def steps(
         self, script: ScriptDirectory, direction: str, revision: str, heads: tuple[str, ...]
@@ -966,35 +1046,49 @@ class _Run:
             heads = tuple(context.get_current_heads())
             steps = self.steps(script, direction, revision, heads)
             resumed = self.progress.step if self.progress is not None else None
-            revisions_run = bool(steps)
-            if direction == "upgrade" and (
+            resumed_kind, self.after_routines = _after_routines_of(resumed)
+            # a run resuming the routines step (or the one after it) of a run that applied revisions,
+            # or adopted the schema, records the tables as that run would have
+            revisions_run = (
+                bool(steps) or resumed in (ROUTINES_STEP, ADOPTED_ROUTINES) or resumed_kind is not None
+            )
+            if direction == "upgrade" and resumed_kind == "after" and not steps:
+                steps.append(_Plan(resumed, _run_after_routines, None))  # the routines are done
+            elif direction == "upgrade" and (
                 steps
                 or adopted  # the fingerprint reads no routine: an adopted schema gets ours
-                or resumed in (ROUTINES_STEP, ADOPTED_ROUTINES)
+                or resumed in (ROUTINES_STEP, ADOPTED_ROUTINES, ROUTINES_AGAIN_STEP)
+                or resumed_kind == "routines"
                 or _routines_stale(connection, dialect)
             ):
-                name = (
-                    resumed if resumed in (ROUTINES_STEP, ADOPTED_ROUTINES) and not steps else ROUTINES_STEP
-                )
+                if steps or resumed_kind == "routines":
+                    name = ROUTINES_STEP
+                elif resumed in (ADOPTED_ROUTINES, ROUTINES_STEP, ROUTINES_AGAIN_STEP):
+                    name = resumed
+                else:
+                    name = ADOPTED_ROUTINES if adopted else ROUTINES_AGAIN_STEP
                 steps.append(_Plan(name, _install_routines, None))
             if not dialect.transactional_ddl:
                 if self.progress is not None:
-                    self.progress.check_first_step(steps[0].name if steps else None)
+                    self.progress.check_first_step(self._name(steps[0]) if steps else None)
                 elif steps:
                     self.progress = _MySQLProgress.start(connection, dialect)
-            for step in steps:
+            for step in steps:  # the after-routines step is added while the routines step runs
                 if step.run is _install_routines:
                     self.commit_revisions()
-                log.info("pyqueue-sql: %s", step.name)
+                name = self._name(step)
+                log.info("pyqueue-sql: %s", name)
                 if self.progress is not None:
-                    self.progress.begin_step(step.name)
-                token = _STEP.set(_Step(connection, dialect, self))
+                    self.progress.begin_step(name)
+                token = _STEP.set(_Step(connection, dialect, self, after_routines=self.after_routines))
                 try:
                     step.run()
                 finally:
                     _STEP.reset(token)
                 if step.version_after is not None:
                     context.stamp(script, step.version_after)
+                if step.run is _install_routines and self.after_routines:
+                    steps.append(_Plan(_after_routines_step(self.after_routines), _run_after_routines, None))
                 if self.progress is not None:
                     self.progress.end_step()
             if self.progress is not None:
@@ -1192,6 +1286,9 @@ def alembic_env_run(connection: Connection) -> Iterator[None]:
             yield
             if step.routines_due:
                 _install_routines()
+            if step.after_routines:
+                _run_after_routines()
+            if step.routines_due:
                 _record_installed(connection, dialect, tables_too=True)
         finally:
             _STEP.reset(token)
@@ -1208,5 +1305,7 @@ def alembic_env_offline(context: MigrationContext) -> Iterator[None]:
         yield
         if step.routines_due:
             _install_routines()
+        if step.after_routines:
+            _run_after_routines()
     finally:
         _STEP.reset(token)

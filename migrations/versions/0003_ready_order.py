@@ -1,12 +1,16 @@
-"""What migrate installed, for `pyqueue-sql migrate --check` (drift) and `pyqueue-sql
-version`: the table pyqueue_installed.
+"""MySQL/MariaDB: the reserve order in a column of its own, pyqueue_message.ready_at, and the ready
+index on it, pyqueue_message_order_idx (queue_name, priority, ready_at, id), in place of
+pyqueue_message_ready_idx (queue_name, priority, scheduled_at, id). PostgreSQL: no table change.
 
 Revision ID: 0003_ready_order
-Revises: 0001_baseline
-Create Date: 2026-11-28
+Revises: 0002_installed
+Create Date: 2026-11-29
 
-Up: sql/<dialect>/revisions/0003_ready_order.up.sql (a new table: no lock on any other).
-The routines of the version are installed once, after the last revision of the run.
+Up: sql/<dialect>/revisions/0003_ready_order.up.sql. MySQL/MariaDB, online: the column added
+instantly, backfilled in batches of 5,000 rows (each its own transaction), the new index built
+with LOCK=NONE; after this version's routines are installed (the previous release's read the old
+index until then), the old index dropped: the statements after the file's line
+migrate.AFTER_ROUTINES_MARKER.
 Down: sql/<dialect>/revisions/0003_ready_order.down.sql.
 """
 
@@ -18,10 +22,12 @@ branch_labels = None
 depends_on = None
 
 # The tables this revision leaves (how `migrate --adopt` recognises a script install at it):
-# tests/schema/test_migrate_interrupted.py prints the values to put here.
+# tests/schema/test_migrate_interrupted.py prints the values to put here. PostgreSQL's is
+# 0002_installed's (no table change): adopt records such an install as 0002_installed, the oldest
+# revision with it, and applies this one.
 FINGERPRINTS = {
     "postgresql": "1714ee54e2ea9f3d19aa4f55e30d7ddd",
-    "mariadb": "f360bc9a62992ca6d5a1d371b69c09c5",
+    "mariadb": "5db0969009828daec19c7b3007798860",
 }
 
 

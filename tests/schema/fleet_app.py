@@ -4,6 +4,8 @@ by head alike: it imports only the API both have. Copied next to neither package
 
     python fleet_app.py setup                 queues, limits, result retention, a schedule
     python fleet_app.py produce SECONDS TAG   pushes a mix of messages for SECONDS
+    python fleet_app.py probe RELEASE_FILE    holds a lease until RELEASE_FILE exists, and times
+                                              each push, reserve and commit meanwhile
     pyqueue-sql worker fleet_app:worker       handles them (FLEET_NAME names the worker)
 
 Every handling is one JSON line appended to $FLEET_LOG (O_APPEND: whole lines from any process);
@@ -21,7 +23,7 @@ import pyqueue_sql
 from pyqueue_sql.worker import RetryPolicy, Worker
 
 DSN = os.environ["PYQUEUE_DSN"]
-QUEUE, DEAD = "fleet", "fleet_dead"
+QUEUE, DEAD, PROBE = "fleet", "fleet_dead", "fleet_probe"
 MAX_ATTEMPTS = 3
 FAST = RetryPolicy(base=0.05, factor=1.0, max_delay=0.05, jitter=0.0)
 
@@ -61,6 +63,7 @@ for kind in ("plain", "flaky", "doomed", "grouped", "limited", "parent", "child"
 def setup() -> None:
     with pyqueue_sql.connect(DSN) as db:
         db.queue(DEAD).create()
+        db.queue(PROBE).create()
         queue = db.queue(QUEUE).create(max_attempts=MAX_ATTEMPTS, dead_letter_queue=DEAD)
         queue.set_result_retention(dt.timedelta(hours=1))
         queue.set_limit("limited", 2)
@@ -95,18 +98,55 @@ def produce(seconds: float, tag: str) -> None:
                 parent = (QUEUE, key, "parent")
                 calls.append(("child", key + "-child", lambda k: queue.push_after(k, "child", {}, [parent])))
             for kind, k, call in calls:
+                started = time.time()
                 try:
                     call(k)
                 except Exception as exc:  # every failure is recorded: the test wants none
                     record(event="call_failed", kind=kind, key=k, error=f"{type(exc).__name__}: {exc}")
                     continue
-                record(event="pushed", kind=kind, key=k)
+                record(event="pushed", kind=kind, key=k, started=started, took=time.time() - started)
             n += 1
             time.sleep(0.1)
+
+
+def probe(release: str) -> None:
+    """Takes a lease on a message of its own queue and holds it until the file ``release``
+    exists, then commits it (recorded: was the lease still held?). Meanwhile, every 50 ms, a push,
+    a reserve and a commit on that queue, each recorded with when it started and how long it took."""
+    with pyqueue_sql.connect(DSN) as db:
+        queue = db.queue(PROBE)
+        queue.push("held", "probe", {})
+        [held] = queue.reserve(1, timeout=600)
+        record(event="lease_taken", key=held.key)
+        n = 0
+        while not os.path.exists(release):
+            for call in ("push", "reserve", "commit"):
+                started = time.time()
+                try:
+                    if call == "push":
+                        queue.push(f"p{n}", "probe", {})
+                    elif call == "reserve":
+                        got = queue.reserve(1, timeout=60)
+                    elif got:
+                        queue.commit(got[0])
+                except Exception as exc:  # every failure is recorded: the test wants none
+                    record(
+                        event="call_failed",
+                        kind="probe",
+                        key=f"{call}-{n}",
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+                    continue
+                record(event="probe_call", call=call, started=started, took=time.time() - started)
+            n += 1
+            time.sleep(0.05)
+        record(event="lease_committed", key=held.key, held=bool(queue.commit(held)))
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "setup":
         setup()
+    elif sys.argv[1] == "probe":
+        probe(sys.argv[2])
     else:
         produce(float(sys.argv[2]), sys.argv[3])

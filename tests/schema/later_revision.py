@@ -46,3 +46,63 @@ def with_later_revision(tmp_path: Path, monkeypatch) -> str:
     monkeypatch.setattr(migrate, "migrations_dir", lambda: folder)
     monkeypatch.setenv(MIGRATIONS_VARIABLE, str(folder))
     return REVISION
+
+
+# A revision after the head whose up file has statements after the routines (migrate's step after
+# them, AFTER_ROUTINES_MARKER): before the line it drops a routine that routines/ creates again; after
+# it, a table records whether that routine exists, which it does only once the routines are installed.
+AFTER_REVISION = "9999_after_routines"
+AFTER_UP = {
+    "mysql": (
+        "ALTER TABLE pyqueue_queue ADD COLUMN after_probe INT NULL;\n"
+        "DROP PROCEDURE IF EXISTS queue_stats;\n"
+        f"{migrate.AFTER_ROUTINES_MARKER}\n"
+        "CREATE TABLE pyqueue_after_probe AS SELECT COUNT(*) AS n FROM information_schema.ROUTINES\n"
+        " WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = 'queue_stats';\n"
+        "ALTER TABLE pyqueue_queue DROP COLUMN after_probe;\n"
+    ),
+    "postgresql": (
+        "ALTER TABLE pyqueue_queue ADD COLUMN after_probe integer NULL;\n"
+        "DROP FUNCTION IF EXISTS queue_stats;\n"
+        f"{migrate.AFTER_ROUTINES_MARKER}\n"
+        "CREATE TABLE pyqueue_after_probe AS SELECT count(*)::integer AS n FROM pg_proc\n"
+        " WHERE proname = 'queue_stats' AND pronamespace = current_schema()::regnamespace;\n"
+        "ALTER TABLE pyqueue_queue DROP COLUMN after_probe;\n"
+    ),
+}
+AFTER_DOWN = "DROP TABLE IF EXISTS pyqueue_after_probe;\n"
+AFTER_SOURCE = f"""
+from pyqueue_sql.migrate import run_routines, run_sql_file
+
+revision = {AFTER_REVISION!r}
+down_revision = {DOWN!r}
+branch_labels = None
+depends_on = None
+
+FOLDER = {{folder!r}}
+
+
+def upgrade():
+    run_sql_file("after.up.sql", folder=FOLDER)
+    run_routines()
+
+
+def downgrade():
+    run_sql_file("after.down.sql", folder=FOLDER)
+"""
+
+
+def with_after_routines_revision(tmp_path: Path, monkeypatch) -> str:
+    """As with_later_revision, with AFTER_REVISION on top of the head instead; returns it."""
+    folder = tmp_path / "migrations"
+    shutil.copytree(migrate.migrations_dir(), folder, ignore=shutil.ignore_patterns("__pycache__"))
+    sql = tmp_path / "after_sql"
+    for dialect, text in AFTER_UP.items():
+        (sql / dialect).mkdir(parents=True)
+        (sql / dialect / "after.up.sql").write_text(text)
+        (sql / dialect / "after.down.sql").write_text(AFTER_DOWN)
+    source = AFTER_SOURCE.replace("{folder!r}", repr(str(sql)))
+    (folder / "versions" / f"{AFTER_REVISION}.py").write_text(source)
+    monkeypatch.setattr(migrate, "migrations_dir", lambda: folder)
+    monkeypatch.setenv(MIGRATIONS_VARIABLE, str(folder))
+    return AFTER_REVISION

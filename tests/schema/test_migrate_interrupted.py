@@ -28,7 +28,14 @@ from pyqueue_sql import dialects, migrate, privileges
 from pyqueue_sql._resources import sql_file
 from pyqueue_sql.queries import install_files, script, split_script
 
-from .later_revision import DOWN, MIGRATIONS_VARIABLE, with_later_revision
+from .later_revision import (
+    AFTER_UP,
+    DOWN,
+    MIGRATIONS_VARIABLE,
+    with_after_routines_revision,
+    with_later_revision,
+)
+from .releases import ROOT, latest, released_file, require_history
 from .test_migrations import break_sql_file, catalog, install_from_sql, smoke
 
 pytestmark = pytest.mark.slow
@@ -193,12 +200,22 @@ def test_a_script_install_is_refused_and_its_messages_survive(fresh_database):
     assert migrate.current(dsn) == ()
 
 
+def _adopted_as(dsn: str, revision: str) -> str:
+    """The revision adopt records for a script install at ``revision``: the oldest one with its
+    fingerprint on this server flavor (a later revision that changes no table of this dialect, as
+    0003_ready_order on PostgreSQL, has its predecessor's; adopt then applies it)."""
+    kind = _flavor(dsn)
+    value = _fingerprints(revision)[kind]
+    return next(r for r in _revisions() if _fingerprints(r).get(kind) == value)
+
+
 def test_adopt_records_a_script_install_and_keeps_its_messages(fresh_database):
     dsn = fresh_database("adopt")
     install_from_sql(dsn)
     _push(dsn)
     result = migrate.upgrade(dsn, adopt=True)
-    assert result == migrate.MigrationResult((migrate.head(),), (migrate.head(),), migrate.head())
+    adopted = _adopted_as(dsn, migrate.head())
+    assert result == migrate.MigrationResult((adopted,), (migrate.head(),), adopted)
     assert migrate.current(dsn) == (migrate.head(),)
     assert _ready(dsn) == 1
     assert migrate.upgrade(dsn) == migrate.MigrationResult((migrate.head(),), (migrate.head(),))
@@ -212,7 +229,8 @@ def test_adopt_then_upgrade_to_a_later_revision(fresh_database, second_revision,
     install_from_sql(dsn)
     _push(dsn, n=3)
     result = migrate.upgrade(dsn, adopt=True)
-    assert result == migrate.MigrationResult((DOWN,), (second_revision,), DOWN)
+    adopted = _adopted_as(dsn, DOWN)
+    assert result == migrate.MigrationResult((adopted,), (second_revision,), adopted)
     assert _ready(dsn) == 3
     _assert_like_a_clean_install(dsn, clean_catalog)
 
@@ -272,7 +290,7 @@ def test_a_script_install_of_0_1_0_is_adopted_as_the_baseline_and_upgraded(fresh
     conn = dialect.connect(dsn)
     try:
         cur = conn.cursor()
-        text = script(dialect.name, "schema.sql") + "\n" + script(dialect.name, "routines")
+        text = script(dialect.name, "schema.sql") + "\n" + _released_routines(dialect.name)
         for statement in [text] if dialect.name == "postgresql" else split_script(text):
             cur.execute(statement)
         cur.close()
@@ -313,9 +331,44 @@ def test_adopt_reads_no_routine_and_installs_routines_sql_again(fresh_database, 
     after = catalog(dsn)
     assert after["routines"] != before["routines"], "the routines in the catalog changed"
     assert migrate.fingerprint(dsn) == fingerprint
-    assert migrate.upgrade(dsn, adopt=True).adopted == migrate.head()
+    assert migrate.upgrade(dsn, adopt=True).adopted == _adopted_as(dsn, migrate.head())
     _assert_like_a_clean_install(dsn, clean_catalog)
     smoke(dsn)
+
+
+def _released_routines(dialect: str) -> str:
+    """routines/ of the newest release (RELEASES) as one script, read from git: what runs in a
+    database that release installed, until migrate replaces it."""
+    release = latest()
+    require_history(release.commit)
+    folder = f"sql/{dialect}/routines"
+    names = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{release.commit}:{folder}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    return "\n".join(
+        released_file(release.commit, f"{folder}/{name}").decode().rstrip("\n") + "\n"
+        for name in sorted(names)
+        if name.endswith(".sql")
+    )
+
+
+def _install_0002_with_the_releases_routines(dsn: str, monkeypatch) -> None:
+    """0002_installed with the newest release's routines (head's need the tables of head), as a
+    database upgraded to 0002_installed by a build of that time holds them."""
+    text = _released_routines(dialects.for_dsn(dsn).name)
+
+    def released(dialect: str, replace_in_place: bool = False) -> str:
+        return (
+            migrate._DROP_THEN_CREATE.sub(r"\3CREATE OR REPLACE \1 \2(", text) if replace_in_place else text
+        )
+
+    with monkeypatch.context() as patched:
+        patched.setattr(migrate, "routines_script", released)
+        migrate.upgrade(dsn, "0002_installed")
 
 
 def _flavor(dsn: str) -> str:
@@ -542,6 +595,255 @@ def test_ctrl_c_from_the_terminal_while_the_server_works(fresh_database, dialect
     done = _run_migrate(dsn)
     assert done.returncode == 0, done.stderr
     _assert_like_a_clean_install(dsn, clean_catalog)
+
+
+# ---- statements after the routines ------------------------------------------------------
+
+
+@pytest.fixture
+def after_revision(tmp_path, monkeypatch) -> str:
+    """Our migrations plus a revision with statements after the routines (later_revision.py)."""
+    return with_after_routines_revision(tmp_path, monkeypatch)
+
+
+def _after_probe(dsn: str) -> list[tuple]:
+    """What the after-routines statements of AFTER_REVISION found: 1 when queue_stats, which its
+    statements before the routines dropped, was there again."""
+    return _sql(dsn, "SELECT n FROM pyqueue_after_probe")
+
+
+def _split_units(dialect: str, text: str) -> tuple[int, int]:
+    """How many statements of a revision file run before the routines and after them (MySQL)."""
+    before, after = migrate._split_after_routines(text)
+    return len(split_script(before)), len(split_script(after or ""))
+
+
+def test_statements_after_the_routines_run_after_them(fresh_database, dialect, after_revision, clean_catalog):
+    """A revision file's statements after AFTER_ROUTINES_MARKER run once this version's routines
+    are installed (what the previous release's routines use, such as an index they force, goes
+    there), and --check then finds what a clean install has."""
+    dsn = fresh_database("after")
+    migrate.upgrade(dsn, DOWN)
+    _push(dsn, n=2)
+    assert migrate.upgrade(dsn).after == (after_revision,)
+    assert _after_probe(dsn) == [(1,)]
+    assert _ready(dsn) == 2
+    assert migrate.check(dsn).problems == []
+    _assert_like_a_clean_install(dsn, clean_catalog)
+
+
+def test_a_failure_in_the_routines_leaves_the_after_statements_to_the_next_run(
+    fresh_database, dialect, after_revision, tmp_path, monkeypatch, clean_catalog
+):
+    """PostgreSQL: a revision with statements after the routines is applied in the routines'
+    transaction (nothing of it stays when they fail). MySQL: the revision stays applied and
+    recorded, and the next run installs the routines, then runs the statements after them."""
+    dsn = fresh_database("afterfail")
+    migrate.upgrade(dsn, DOWN)
+    _push(dsn, n=2)
+    _break_routines(monkeypatch, tmp_path, dialect)
+    with pytest.raises(Exception, match="no_such_column"):
+        migrate.upgrade(dsn)
+    assert migrate.current(dsn) == ((DOWN,) if dialect == "postgresql" else (after_revision,))
+    missing = _sql(
+        dsn,
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'pyqueue_after_probe' AND "
+        + ("table_schema = current_schema()" if dialect == "postgresql" else "table_schema = DATABASE()"),
+    )
+    assert missing == [(0,)], "nothing after the routines ran"
+    monkeypatch.setattr(migrate, "sql_file", sql_file)
+    monkeypatch.setattr(migrate, "script", script)
+    assert migrate.upgrade(dsn).after == (after_revision,)
+    assert _after_probe(dsn) == [(1,)]
+    assert _ready(dsn) == 2
+    assert migrate.check(dsn).problems == []
+    _assert_like_a_clean_install(dsn, clean_catalog)
+
+
+@pytest.mark.only_dialect("mysql")
+@pytest.mark.parametrize(
+    "where",
+    [
+        "revision:1",
+        "revision:2:unrecorded",
+        "routines:5",
+        "routines:-1:unrecorded",
+        "after:1:unrecorded",
+        "after:1",
+        "after:2:unrecorded",
+        "after:2",
+        "twice",
+    ],
+)
+def test_an_upgrade_killed_around_the_statements_after_the_routines_is_finished(
+    fresh_database, dialect, where, after_revision, clean_catalog
+):
+    """Killed in the revision's statements, in the routines or in the statements after them (each
+    statement of them, recorded or not), the next run resumes where it was: the routines, then the
+    statements after them, each once; then --check finds what a clean install has."""
+    dsn = fresh_database("afterkill")
+    migrate.upgrade(dsn, DOWN)
+    _push(dsn, n=3)
+    before, after = _split_units(dialect, AFTER_UP["mysql"])
+    routines = _routine_statements(dsn)
+    start = {"revision": 0, "routines": before, "after": before + routines}
+
+    def unit(point: str) -> str:
+        phase, n, *flag = point.split(":")
+        number = int(n) if int(n) > 0 else {"routines": routines}[phase] + int(n)
+        return ":".join([str(start[phase] + number), *flag])
+
+    points = ["routines:3", "after:1:unrecorded"] if where == "twice" else [where]
+    for point in points:
+        # a resumed run counts from its own start: the routines again, then the statements after them
+        killed = _run_migrate(
+            dsn, kill=unit(point) if point == points[0] else str(routines + 1) + ":unrecorded"
+        )
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message") == [(3,)]  # queue_stats may be gone now
+        assert migrate.check(dsn).problems == [f"{migrate.INTERRUPTED} (pyqueue_alembic_progress is there)"]
+    done = _run_migrate(dsn)
+    assert done.returncode == 0, done.stderr
+    assert migrate.current(dsn) == (after_revision,)
+    assert _after_probe(dsn) == [(1,)]
+    assert _ready(dsn) == 3
+    assert migrate.check(dsn).problems == []
+    _assert_like_a_clean_install(dsn, clean_catalog)
+
+
+# ---- 0003_ready_order (MySQL/MariaDB): the reserve order's column, backfilled online ---------
+
+READY_ORDER = "0003_ready_order"
+READY_ORDER_UP = sql_file("mysql", f"revisions/{READY_ORDER}.up.sql").read_text(encoding="utf-8")
+
+
+def _fill(dsn: str, queue: str, n: int) -> None:
+    """n live messages written straight into pyqueue_message (only their number matters)."""
+    with pyqueue_sql.connect(dsn) as db:
+        db.queue(queue).create()
+    conn = dialects.for_dsn(dsn).connect(dsn)
+    try:
+        cur = conn.cursor()
+        for start in range(0, n, 2000):
+            cur.executemany(
+                "INSERT INTO pyqueue_message (queue_name, p_key, p_kind, payload, scheduled_at,"
+                " scheduled_at_initially, created_at) VALUES (%s, %s, 'job', '{}', NOW(6), NOW(6), NOW(6))",
+                [(queue, f"k{i}") for i in range(start, min(n, start + 2000))],
+            )
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _leases(dsn: str, queue: str, n: int) -> list:
+    """n messages pushed and reserved for an hour (the leases live across the migrate)."""
+    with pyqueue_sql.connect(dsn) as db:
+        q = db.queue(queue).create()
+        for i in range(n):
+            q.push(f"leased{i}", "job", {})
+        return q.reserve(n, timeout=3600)
+
+
+def _assert_backfilled(dsn: str) -> None:
+    """Every message written before the revision has ready_at = scheduled_at (none at the default:
+    no migrate of these tests runs beside a producer), and the backfill's procedure is gone."""
+    assert _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message WHERE ready_at <> scheduled_at") == [(0,)]
+    assert _sql(
+        dsn,
+        "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()"
+        " AND ROUTINE_NAME = 'pyqueue__backfill_ready_at'",
+    ) == [(0,)]
+
+
+def _ready_order_points() -> list[str]:
+    before, after = _split_units("mysql", READY_ORDER_UP)
+    points = [f"{n}{flag}" for n in range(1, before + 1) for flag in ("", ":unrecorded")]
+    return points + [f"after:{n}{flag}" for n in range(1, after + 1) for flag in ("", ":unrecorded")]
+
+
+@pytest.mark.only_dialect("mysql")
+@pytest.mark.parametrize("where", _ready_order_points())
+def test_0003_ready_order_killed_at_each_statement_is_finished_by_the_next_run(
+    fresh_database, where, clean_catalog, monkeypatch
+):
+    """From 0002_installed with messages, some of them leased: killed after each statement of the
+    revision, applied and recorded or applied only (and, after the routines, each statement there),
+    the next run finishes it: the column backfilled, the indexes of a clean install, the leases
+    still held (their holders commit them), nothing left over."""
+    dsn = fresh_database("readyorder")
+    _install_0002_with_the_releases_routines(dsn, monkeypatch)
+    _fill(dsn, "big", 12)
+    leases = _leases(dsn, "held", 3)
+    if where.startswith("after:"):
+        before, _after = _split_units("mysql", READY_ORDER_UP)
+        point = where.split(":", 1)[1]
+        n, _, flag = point.partition(":")
+        where = ":".join([str(before + _routine_statements(dsn) + int(n))] + ([flag] if flag else []))
+    killed = _run_migrate(dsn, kill=where)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message") == [(15,)]
+    done = _run_migrate(dsn)
+    assert done.returncode == 0, done.stderr
+    assert migrate.current(dsn) == (migrate.head(),)
+    _assert_backfilled(dsn)
+    assert migrate.check(dsn).problems == []
+    _assert_like_a_clean_install(dsn, clean_catalog)
+    with pyqueue_sql.connect(dsn) as db:
+        assert [db.queue("held").commit(lease) for lease in leases] == [True] * 3, "a lease was lost"
+    assert _ready(dsn, "big") == 12
+
+
+@pytest.mark.only_dialect("mysql")
+def test_0003_backfill_commits_each_batch_holds_one_batchs_locks_and_resumes_after_a_kill(
+    fresh_database, monkeypatch
+):
+    """The backfill (ready_at = scheduled_at) runs in batches of 5,000 rows in id order, each its
+    own transaction: while a batch waits for a row another transaction holds, the batches before it
+    are committed (seen from another session) and the migrate's transaction holds the row locks of
+    that one batch only. Its query killed there, migrate fails, and the next run finishes it."""
+    dsn = fresh_database("backfill")
+    _install_0002_with_the_releases_routines(dsn, monkeypatch)
+    _fill(dsn, "big", 12_000)
+    # the column first (its ALTER would wait for the holder's open transaction: a metadata lock)
+    killed = _run_migrate(dsn, kill="1")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    holder = dialects.for_dsn(dsn).connect(dsn, autocommit=False)
+    try:
+        cur = holder.cursor()
+        [(held,)] = _sql(dsn, "SELECT id FROM pyqueue_message ORDER BY id LIMIT 1 OFFSET 11000")
+        cur.execute("SELECT id FROM pyqueue_message WHERE id = %s FOR UPDATE", (held,))
+        env = {k: v for k, v in os.environ.items() if k != migrate.TEST_KILL_VARIABLE}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUN, dsn, "heads"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        waiting, deadline = [], time.monotonic() + 120
+        while not waiting and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            waiting = _sql(
+                dsn,
+                "SELECT trx_mysql_thread_id, trx_rows_locked, trx_state FROM information_schema.INNODB_TRX"
+                " WHERE trx_state = 'LOCK WAIT' AND (trx_query LIKE 'CALL pyqueue__backfill_ready_at%'"
+                " OR trx_query LIKE 'UPDATE pyqueue_message SET ready_at%')",
+            )
+        assert waiting, ("the backfill never waited for the held row", proc.poll())
+        [(thread, rows_locked, _state)] = waiting
+        committed = _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message WHERE ready_at = scheduled_at")
+        assert committed == [(10_000,)], "the two batches before the held row are committed"
+        assert rows_locked <= 5_002, rows_locked  # its own batch's rows (and the lock it waits for)
+        _sql(dsn, f"KILL QUERY {int(thread)}")
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode not in (0, -signal.SIGKILL) and "interrupted" in err.lower(), err[-2000:]
+    finally:
+        holder.close()
+    assert _sql(dsn, "SELECT COUNT(*) FROM pyqueue_message WHERE ready_at = scheduled_at") == [(10_000,)]
+    done = _run_migrate(dsn)
+    assert done.returncode == 0, done.stderr
+    _assert_backfilled(dsn)
+    assert migrate.check(dsn).problems == []
 
 
 # ---- the lock, the result, downgrade ---------------------------------------------------

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import pyqueue_sql
-from pyqueue_sql import migrate
+from pyqueue_sql import dialects, migrate
 
 from .releases import ROOT, export, latest, require_history
 
@@ -152,6 +152,46 @@ def fleet_app_max_attempts() -> int:
     return 3
 
 
+def _sql(dsn: str, statement: str) -> list[tuple]:
+    connection = dialects.for_dsn(dsn).connect(dsn)
+    try:
+        cursor = connection.cursor()
+        cursor.execute(statement)
+        return list(cursor.fetchall())
+    finally:
+        connection.close()
+
+
+# What a call of the old fleet may take while head's migrate runs (generous: the machine is shared;
+# the figures are printed, and measured on a quiet machine by scripts/measure_upgrade_lock.py).
+LATENCY_BOUND = 15.0
+
+
+def _latency_during(records: list[dict], started: float, ended: float, leased: int, dsn: str) -> None:
+    """The longest push and reserve of the old fleet that overlapped the migrate (printed), each
+    under LATENCY_BOUND; the probe's lease, taken before the migrate, still held after it."""
+    calls = collections.defaultdict(list)
+    for r in records:
+        if (
+            r["event"] in ("pushed", "probe_call")
+            and r["started"] <= ended
+            and r["started"] + r["took"] >= started
+        ):
+            calls[r.get("call", "push")].append(r["took"])
+    assert calls["push"] and calls["reserve"], "the fleet pushed and reserved while migrate ran"
+    flavor = dialects.for_dsn(dsn).name
+    print(
+        f"\n{flavor}: migrate took {ended - started:.2f} s with {leased} lease(s) live when it started; "
+        f"longest push meanwhile {max(calls['push']) * 1000:.0f} ms ({len(calls['push'])} pushes), "
+        f"longest reserve {max(calls['reserve']) * 1000:.0f} ms ({len(calls['reserve'])} reserves), "
+        f"longest commit {max(calls['commit'] or [0]) * 1000:.0f} ms"
+    )
+    slow = {call: max(took) for call, took in calls.items() if max(took) >= LATENCY_BOUND}
+    assert slow == {}, slow
+    [committed] = [r for r in records if r["event"] == "lease_committed"]
+    assert committed["held"], "the lease held across the migrate was lost"
+
+
 def test_a_rolling_upgrade_from_the_release_under_load(fresh_database, released_tree, tmp_path):
     dsn = fresh_database("fleet")
     fleet = Fleet(dsn, released_tree, tmp_path)
@@ -168,10 +208,22 @@ def _upgrade_under_load(fleet: Fleet) -> None:
     fleet.run("old", str(fleet.app / "fleet_app.py"), "setup")
     old_worker = fleet.worker("old")
     old_producer = fleet.producer("old", 9)
+    release_probe = fleet.app / "release-probe"
+    probe = fleet.start("old", "old-probe", str(fleet.app / "fleet_app.py"), "probe", str(release_probe))
     time.sleep(3)
 
+    # leases are live when migrate starts: the probe's, held across it, and the old worker's
+    assert any(r["event"] == "lease_taken" for r in fleet.records()), probe.poll()
+    leased = _sql(fleet.dsn, "SELECT COUNT(*) FROM pyqueue_message WHERE reserve_token IS NOT NULL")
+    assert leased[0][0] > 0, leased
+    started = time.time()
     upgraded = fleet.run("new", "-m", "pyqueue_sql.cli", "migrate")
+    ended = time.time()
     assert f"0001_baseline -> {migrate.head()}" in upgraded, upgraded
+    assert "0003_ready_order" in {r.revision for r in migrate._script().walk_revisions()}
+    release_probe.touch()
+    assert probe.wait(timeout=60) == 0, probe.communicate()
+    _latency_during(fleet.records(), started, ended, leased[0][0], fleet.dsn)
     new_worker = fleet.worker("new")
     new_producer = fleet.producer("new", 3)
     time.sleep(2)

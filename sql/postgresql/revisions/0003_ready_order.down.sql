@@ -1,2 +1,1 @@
--- pyqueue-sql revision 0003_ready_order down (PostgreSQL): no table change
-SELECT 1;
+-- pyqueue-sql revision 0003_ready_order, undone (PostgreSQL): nothing to undo, it changed no table.

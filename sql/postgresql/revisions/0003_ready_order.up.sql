@@ -1,2 +1,4 @@
--- pyqueue-sql revision 0003_ready_order (PostgreSQL): no table change
-SELECT 1;
+-- pyqueue-sql revision 0003_ready_order (PostgreSQL): no table change. On MySQL/MariaDB this revision gives the
+-- reserve order a column of its own (ready_at) and a new ready index; PostgreSQL's ready index,
+-- pyqueue_message_ready_idx (queue_name, priority, scheduled_at, id), stays as it is. migrate applies it here as
+-- one more revision (recorded in the version table) that installs this version's routines.
