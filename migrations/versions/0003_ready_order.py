@@ -1,5 +1,5 @@
 """MySQL/MariaDB: the reserve order in a column of its own, pyqueue_message.ready_at, and the ready
-index on it, pyqueue_message_order_idx (queue_name, priority, ready_at, id), in place of
+index on it, pyqueue_message_order_idx (queue_name, priority, ready_at, id, scheduled_at), in place of
 pyqueue_message_ready_idx (queue_name, priority, scheduled_at, id). PostgreSQL: no table change.
 
 Revision ID: 0003_ready_order
@@ -27,7 +27,7 @@ depends_on = None
 # revision with it, and applies this one.
 FINGERPRINTS = {
     "postgresql": "1714ee54e2ea9f3d19aa4f55e30d7ddd",
-    "mariadb": "5db0969009828daec19c7b3007798860",
+    "mariadb": "d37cb213b77427aac563234f9c6801f5",
 }
 
 

@@ -5,8 +5,8 @@
 -- delete-marked entry at its lease end that an open read view (a `mysqldump --single-transaction`, a long report)
 -- keeps from purge, for every later reserve reading up to "now" to step over. ready_at is when the message became
 -- (or becomes) due, leases aside: its place in reserve order, which a claim never writes, so a claim leaves the
--- new ready index pyqueue_message_order_idx alone. scheduled_at keeps every meaning it has (due time, lease end,
--- the group/dependency sentinel); a row is eligible exactly when scheduled_at <= now, as before.
+-- message's place in the new ready index pyqueue_message_order_idx as it is. scheduled_at keeps every meaning it
+-- has (due time, lease end, the group/dependency sentinel); a row is eligible exactly when scheduled_at <= now.
 --
 -- Run by `pyqueue-sql migrate` while the previous release's producers and workers go on, statement by statement
 -- (each recorded: an interrupted run resumes at the statement it had not finished):
@@ -65,9 +65,12 @@ DROP PROCEDURE pyqueue__backfill_ready_at;
 --    it is built (they wait only for the metadata lock it takes for milliseconds at its start and its end, which
 --    itself waits for the transactions open on the table: a long one delays it, and the calls that come meanwhile
 --    queue behind it). The reserve reads the range ready_at <= now of each (queue_name, priority) in (ready_at, id)
---    order, checking scheduled_at <= now on each row: a leased row lies in the range, excluded by its lease end.
+--    order, checking scheduled_at <= now on each entry: a leased row lies in the range, excluded by its lease end,
+--    which the index carries last so that the check needs no visit of the row (10,000 leases in flight: a reserve of
+--    one and its commit 2.7 ms with it, 11.3 ms without). A claim rewrites the entry where it is (only its last
+--    part changes), so what a committed message leaves behind lies where it was pushed, before the live ones.
 ALTER TABLE pyqueue_message
-    ADD INDEX pyqueue_message_order_idx (queue_name, priority, ready_at, id),
+    ADD INDEX pyqueue_message_order_idx (queue_name, priority, ready_at, id, scheduled_at),
     ALGORITHM = INPLACE, LOCK = NONE;
 
 -- pyqueue-sql migrate: the statements below run after the routines
