@@ -4,8 +4,10 @@
 --
 -- Runs after schema.sql and can be run again at any time: every procedure is dropped and created again. Procedures keep
 -- the sql_mode and character set they were created under, so this file sets strict mode and utf8mb4 first and the last
--- restores the caller's (the mode it sets leaves out MariaDB's SIMULTANEOUS_ASSIGNMENT: an UPDATE's SET clauses apply
--- left to right, so `SET scheduled_at = x, ready_at = scheduled_at` copies the new value); every text parameter, variable and JSON_TABLE column declares utf8mb4 (names utf8mb4_bin),
+-- restores the caller's (the mode it sets leaves out MariaDB's SIMULTANEOUS_ASSIGNMENT: a single-table UPDATE's SET
+-- clauses apply left to right, so `SET scheduled_at = x, ready_at = scheduled_at` copies the new value; a multi-table
+-- UPDATE has no such order and writes the value itself); every text parameter, variable and JSON_TABLE column
+-- declares utf8mb4 (names utf8mb4_bin),
 -- whatever the database default (an undeclared one fails with 1253 against utf8mb4_bin or turns characters into '?').
 --
 -- Layout: one file per topic, routines/NN_<topic>.sql, with the same names in both dialects (../../README.md says

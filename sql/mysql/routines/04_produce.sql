@@ -338,8 +338,9 @@ BEGIN
         UPDATE pyqueue_message FORCE INDEX (pyqueue_message_key_uk)
            SET payload = in_payload, priority = v_priority,
                -- a blocked one stays blocked (its place moves to v_at); read before it changes
+               ready_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', ready_at, v_at),
                scheduled_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', scheduled_at, v_at),
-               ready_at = scheduled_at, scheduled_at_initially = v_at,
+               scheduled_at_initially = v_at,
                attempts = 0, reserved_by = NULL, reserve_token = NULL
          WHERE queue_name = v_queue AND p_key = v_key AND p_kind = v_kind
            AND (reserve_token IS NULL OR scheduled_at <= v_now) AND dead_from IS NULL;

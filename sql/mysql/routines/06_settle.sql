@@ -87,8 +87,9 @@ BEGIN
                     ON DUPLICATE KEY UPDATE
                            payload = v_payload, priority = v_priority, created_at = v_created,
                            -- (read before it changes: assignments run left to right)
+                           ready_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', ready_at, in_now),
                            scheduled_at = IF(scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999', scheduled_at, in_now),
-                           ready_at = scheduled_at, scheduled_at_initially = in_now, attempts = 0,
+                           scheduled_at_initially = in_now, attempts = 0,
                            reserved_by = NULL, reserve_token = NULL,
                            last_error = v_error, dead_from = in_queue, dead_attempts = v_attempts,
                            progress = NULL, cancel_requested_at = NULL, headers = v_headers;
