@@ -564,18 +564,24 @@ def test_ctrl_c_says_it_was_interrupted_and_the_next_run_resumes(fresh_database,
     _assert_like_a_clean_install(dsn, clean_catalog)
 
 
-@pytest.mark.parametrize("delay", [0.1, 0.6])
-def test_ctrl_c_from_the_terminal_while_the_server_works(fresh_database, dialect, delay, clean_catalog):
-    """SIGINT from outside, most likely while the driver waits for the server's reply."""
-    dsn = fresh_database("sigint")
+def _spawn_migrate(dsn: str) -> subprocess.Popen:
+    """`migrate` to head in a child process (RUN), without the test kill hook; it prints "go" once its imports
+    are done."""
     env = {k: v for k, v in os.environ.items() if k != migrate.TEST_KILL_VARIABLE}
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", RUN, dsn, "heads"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.6])
+def test_ctrl_c_from_the_terminal_while_the_server_works(fresh_database, dialect, delay, clean_catalog):
+    """SIGINT from outside, most likely while the driver waits for the server's reply."""
+    dsn = fresh_database("sigint")
+    proc = _spawn_migrate(dsn)
     assert proc.stdout.readline() == "go\n"  # imports done: migrate.upgrade starts now
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
@@ -812,14 +818,7 @@ def test_0003_backfill_commits_each_batch_holds_one_batchs_locks_and_resumes_aft
         cur = holder.cursor()
         [(held,)] = _sql(dsn, "SELECT id FROM pyqueue_message ORDER BY id LIMIT 1 OFFSET 11000")
         cur.execute("SELECT id FROM pyqueue_message WHERE id = %s FOR UPDATE", (held,))
-        env = {k: v for k, v in os.environ.items() if k != migrate.TEST_KILL_VARIABLE}
-        proc = subprocess.Popen(
-            [sys.executable, "-c", RUN, dsn, "heads"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        proc = _spawn_migrate(dsn)
         waiting, deadline = [], time.monotonic() + 120
         while not waiting and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)

@@ -2,7 +2,7 @@
 --
 -- Why: pyqueue_message_ready_idx (queue_name, priority, scheduled_at, id) holds scheduled_at, which a claim
 -- (reserve) sets to its lease's end: every claim moved the message's entry, and a committed lease left a
--- delete-marked entry at its lease end that an open read view (a `mysqldump --single-transaction`, a long report)
+-- delete-marked entry at its lease end that an open read view (a consistent-snapshot dump, a long report)
 -- keeps from purge, for every later reserve reading up to "now" to step over. ready_at is when the message became
 -- (or becomes) due, leases aside: its place in reserve order, which a claim never writes, so a claim leaves the
 -- message's place in the new ready index pyqueue_message_order_idx as it is. scheduled_at keeps every meaning it
