@@ -340,7 +340,12 @@ def test_a_workflow_pushed_from_sql_runs_under_the_cli_worker(dsn, db, raw, dial
             assert child.result(timeout=60) == "from sql: date 2026-03-01, int 49"
         finally:
             proc.terminate()
-            _, err = proc.communicate(timeout=30)
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                pytest.fail("the worker did not stop within 30 s of SIGTERM; its log:\n" + err.decode())
         assert proc.returncode == 0, err.decode()
     finally:
         module.app.close()
