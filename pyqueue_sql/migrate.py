@@ -99,6 +99,9 @@ from .queries import migration_queries, script, split_script
 Target: TypeAlias = str | Connection
 
 VERSION_TABLE = "pyqueue_alembic_version"
+# Test hook: "N[:unrecorded][:SIGNAL]" kills the run (SIGKILL unless named) after its N-th statement,
+# once recorded (or applied only, ":unrecorded"); "step:N" after the N-th step's end is committed,
+# before the next step starts.
 TEST_KILL_VARIABLE = "PYQUEUE_SQL_MIGRATE_TEST_KILL"
 log = logging.getLogger("pyqueue_sql.migrate")
 INTERRUPTED = "migrate was interrupted; run it again to resume"
@@ -448,9 +451,12 @@ class _MySQLProgress:
         self.step, self.file_no, self.statement_no = name, 0, 0
         self._record()
 
-    def end_step(self) -> None:
-        """After the version table is updated: clears the step in the same commit."""
-        self.step, self.file_no, self.statement_no, self.resume = None, 0, 0, None
+    def end_step(self, following: str | None) -> None:
+        """After the version table is updated, in the same commit: the step is done and ``following``
+        (the run's next step, None: none) is the one in progress, from its start. So a run stopped
+        between two steps resumes the next one by its recorded name, which says what it has to do
+        (the routines step: the statements to run after it) when the revisions are all recorded."""
+        self.step, self.file_no, self.statement_no, self.resume = following, 0, 0, None
         self._record()
 
     def check_first_step(self, name: str | None) -> None:
@@ -904,7 +910,7 @@ def _script() -> ScriptDirectory:
 
 def _test_kill_plan() -> tuple[int, bool, int] | None:
     value = os.environ.get(TEST_KILL_VARIABLE)
-    if not value:
+    if not value or value.startswith("step:"):
         return None
     parts = value.split(":")
     unrecorded = "unrecorded" in parts[1:]
@@ -959,6 +965,8 @@ class _Run:
         self.progress: _MySQLProgress | None = None
         self.units = 0
         self.kill = _test_kill_plan()
+        value = os.environ.get(TEST_KILL_VARIABLE, "")
+        self.kill_after_step = int(value.split(":")[1]) if value.startswith("step:") else None
         self.after_routines: list[str] = []  # _Step.after_routines of every step of the run
 
     def count(self, recorded: bool) -> None:
@@ -1073,7 +1081,7 @@ class _Run:
                     self.progress.check_first_step(self._name(steps[0]) if steps else None)
                 elif steps:
                     self.progress = _MySQLProgress.start(connection, dialect)
-            for step in steps:  # the after-routines step is added while the routines step runs
+            for i, step in enumerate(steps):  # the after-routines step is added while the routines step runs
                 if step.run is _install_routines:
                     self.commit_revisions()
                 name = self._name(step)
@@ -1089,12 +1097,17 @@ class _Run:
                     context.stamp(script, step.version_after)
                 if step.run is _install_routines and self.after_routines:
                     steps.append(_Plan(_after_routines_step(self.after_routines), _run_after_routines, None))
+                last = i + 1 == len(steps)
+                if last and direction == "upgrade":
+                    # before the last step is recorded as done: a run stopped after it resumes that
+                    # step (nothing left to run in it) and records again
+                    _record_installed(connection, dialect, tables_too=revisions_run or adopted is not None)
                 if self.progress is not None:
-                    self.progress.end_step()
+                    self.progress.end_step(None if last else self._name(steps[i + 1]))
+                if self.kill_after_step == i + 1:
+                    os.kill(os.getpid(), signal.SIGKILL)
             if self.progress is not None:
                 self.progress.finish()
-            if direction == "upgrade" and steps:
-                _record_installed(connection, dialect, tables_too=revisions_run or adopted is not None)
             after = tuple(context.get_current_heads())
             if direction == "downgrade" and not after and steps:
                 [(rows,)] = _rows(connection, dialect, "version_table_rows")

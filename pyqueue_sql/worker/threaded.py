@@ -445,6 +445,8 @@ class Worker(WorkerBase):
         # refills below (_refill_at, taken as it starts each wait), else 0: a release notifies only
         # once the worker holds fewer, without working out _refill_at once a job.
         self._slot_waiting = 0
+        # SIGTERM/SIGINT, from the signal handlers to the thread that stops the worker
+        self._signals: queue_mod.SimpleQueue[int] | None = None
         # A SimpleQueue (C, one lock): a handler thread takes each message from it.
         self._pending: queue_mod.SimpleQueue[Job | None] = queue_mod.SimpleQueue()
         self.completer = Completer(
@@ -461,17 +463,41 @@ class Worker(WorkerBase):
             return list(self.inflight.values())
 
     def _wake(self) -> None:
-        with self._slots:
-            self._slots.notify_all()
+        # A stop() in a signal handler of the caller's runs in the main thread between two bytecodes,
+        # maybe inside this very thread's `with self._slots`: in the main thread the lock is only
+        # tried (not taken, the dispatcher's wait still sees the stop within its 1 s timeout).
+        main = threading.current_thread() is threading.main_thread()
+        if self._slots_lock.acquire(blocking=not main):
+            try:
+                self._slots.notify_all()
+            finally:
+                self._slots_lock.release()
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once."""
+        """SIGTERM/SIGINT: the first stops gracefully, a second one stops at once. The handler only
+        hands the signal to a thread of the worker's (SimpleQueue.put is reentrant), which stops the
+        worker: a Python signal handler runs in the main thread between two bytecodes, maybe while
+        it holds a lock the stop takes (the slots', an Event's), and would wait for itself."""
+        if self._signals is None:
+            self._signals = queue_mod.SimpleQueue()
+            threading.Thread(target=self._relay_signals, name="pyqueue-signals", daemon=True).start()
+        put = self._signals.put
 
         def handle(signum, _frame):
-            self.shutdown.on_signal(signum)
+            put(signum)
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
+
+    def _relay_signals(self) -> None:
+        """The thread the signal handlers hand SIGTERM/SIGINT to (install_signal_handlers)."""
+        signals = self._signals
+        while True:
+            signum = signals.get()
+            try:
+                self.shutdown.on_signal(signum)
+            except Exception:
+                log.exception("the stop on a signal failed", extra={"event": "error", "signal": signum})
 
     def run(self, *, install_signals: bool | None = None) -> bool:
         """Runs until stop(); handles SIGTERM/SIGINT when run in the main thread.

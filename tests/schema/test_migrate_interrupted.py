@@ -764,7 +764,9 @@ def _assert_backfilled(dsn: str) -> None:
 def _ready_order_points() -> list[str]:
     before, after = _split_units("mysql", READY_ORDER_UP)
     points = [f"{n}{flag}" for n in range(1, before + 1) for flag in ("", ":unrecorded")]
-    return points + [f"after:{n}{flag}" for n in range(1, after + 1) for flag in ("", ":unrecorded")]
+    points += [f"after:{n}{flag}" for n in range(1, after + 1) for flag in ("", ":unrecorded")]
+    # between steps: the revision, the routines and the statements after them each ended, the next not begun
+    return points + ["step:1", "step:2", "step:3"]
 
 
 @pytest.mark.only_dialect("mysql")
@@ -773,8 +775,8 @@ def test_0003_ready_order_killed_at_each_statement_is_finished_by_the_next_run(
     fresh_database, where, clean_catalog, monkeypatch
 ):
     """From 0002_installed with messages, some of them leased: killed after each statement of the
-    revision, applied and recorded or applied only (and, after the routines, each statement there),
-    the next run finishes it: the column backfilled, the indexes of a clean install, the leases
+    revision, applied and recorded or applied only (and, after the routines, each statement there), or
+    between two steps, the next run finishes it: the column backfilled, the indexes of a clean install, the leases
     still held (their holders commit them), nothing left over."""
     dsn = fresh_database("readyorder")
     _install_0002_with_the_releases_routines(dsn, monkeypatch)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,7 +49,13 @@ def test_the_cli_worker_runs_batches_and_ends_each_job_on_its_own(dsn, db, raw):
         proc = subprocess.Popen(
             [sys.executable, "-m", "pyqueue_sql.cli", "worker", "tests.tasks.batch_app:app", "--no-status"],
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_QUEUE": q, "PYQUEUE_DSN": dsn},
+            env={
+                **os.environ,
+                "PYTHONPATH": ROOT,
+                "PYQUEUE_TEST_QUEUE": q,
+                "PYQUEUE_DSN": dsn,
+                "PYTHONFAULTHANDLER": "1",
+            },
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -61,7 +68,12 @@ def test_the_cli_worker_runs_batches_and_ends_each_job_on_its_own(dsn, db, raw):
             results = [h.result(timeout=10) for h, n in zip(handles, range(120)) if modes[n % 6] == "ok"]
         finally:
             proc.terminate()
-            _, err = proc.communicate(timeout=30)
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to stderr
+                _, err = proc.communicate(timeout=30)
+                pytest.fail(f"the worker did not stop within 30 s of SIGTERM; its log:\n{err.decode()}")
         assert proc.returncode == 0, err.decode()[-3000:]
     finally:
         module.app.close()

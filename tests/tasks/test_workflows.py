@@ -14,6 +14,7 @@ import datetime as dt
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -292,7 +293,13 @@ def test_a_workflow_pushed_from_sql_runs_under_the_cli_worker(dsn, db, raw, dial
     `pyqueue-sql worker module:app` in a subprocess: the child reads its parents' values rebuilt
     by their tasks' return annotations (a date comes back a date)."""
     q = queue_name()
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYQUEUE_TEST_QUEUE": q, "PYQUEUE_DSN": dsn}
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT,
+        "PYQUEUE_TEST_QUEUE": q,
+        "PYQUEUE_DSN": dsn,
+        "PYTHONFAULTHANDLER": "1",
+    }
     os.environ["PYQUEUE_TEST_QUEUE"] = q
     try:
         from . import workflows_app
@@ -343,8 +350,8 @@ def test_a_workflow_pushed_from_sql_runs_under_the_cli_worker(dsn, db, raw, dial
             try:
                 _, err = proc.communicate(timeout=30)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
+                proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to stderr
+                _, err = proc.communicate(timeout=30)
                 pytest.fail("the worker did not stop within 30 s of SIGTERM; its log:\n" + err.decode())
         assert proc.returncode == 0, err.decode()
     finally:

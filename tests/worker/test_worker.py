@@ -521,6 +521,37 @@ def test_a_sigterm_right_after_the_start_line_is_a_graceful_stop(dsn, queue, run
     assert proc.stdout.strip() == "stopped True"
 
 
+# A SIGTERM whose Python handler runs while the main thread holds the lock of the slots, as the
+# dispatcher does while it works out whether to wait for one (a handler runs between two bytecodes
+# of the main thread, wherever it is): the stop must not wait for that lock in that thread.
+_SIGTERM_UNDER_THE_SLOTS_LOCK = """
+import os, signal, sys, time
+from pyqueue_sql import Worker
+worker = Worker(sys.argv[1], concurrency=1)
+worker.install_signal_handlers()
+with worker._slots:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.5)  # the handler has run here, in this thread
+deadline = time.monotonic() + 10
+while not worker.stopping and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("stopping", worker.stopping)
+"""
+
+
+def test_a_sigterm_while_the_main_thread_holds_the_slots_lock_stops_the_worker(dsn):
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_UNDER_THE_SLOTS_LOCK, dsn],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "stopping True", proc.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", sorted(SLEEPY))
 def test_sigkill_mid_handler_redelivers_after_the_lease(dsn, queue, tmp_path, runtime):
