@@ -204,6 +204,16 @@ class _Connection:
     )
 
 
+def _relay_signals(signals: queue_mod.SimpleQueue[int], shutdown: Any) -> None:
+    """The thread the signal handlers hand SIGTERM/SIGINT to (Worker.install_signal_handlers)."""
+    while True:
+        signum = signals.get()
+        try:
+            shutdown.on_signal(signum)
+        except Exception:
+            log.exception("the stop on a signal failed", extra={"event": "error", "signal": signum})
+
+
 class Completer:
     """Acknowledges the handlers' successes (see Dispatch.ack_steps) on a thread and a connection
     of its own: put() hands it one, the thread waits for one, gathers those that come within
@@ -480,7 +490,12 @@ class Worker(WorkerBase):
         it holds a lock the stop takes (the slots', an Event's), and would wait for itself."""
         if self._signals is None:
             self._signals = queue_mod.SimpleQueue()
-            threading.Thread(target=self._relay_signals, name="pyqueue-signals", daemon=True).start()
+            threading.Thread(
+                target=_relay_signals,
+                args=(self._signals, self.shutdown),
+                name="pyqueue-signals",
+                daemon=True,
+            ).start()
         put = self._signals.put
 
         def handle(signum, _frame):
@@ -488,16 +503,6 @@ class Worker(WorkerBase):
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
-
-    def _relay_signals(self) -> None:
-        """The thread the signal handlers hand SIGTERM/SIGINT to (install_signal_handlers)."""
-        signals = self._signals
-        while True:
-            signum = signals.get()
-            try:
-                self.shutdown.on_signal(signum)
-            except Exception:
-                log.exception("the stop on a signal failed", extra={"event": "error", "signal": signum})
 
     def run(self, *, install_signals: bool | None = None) -> bool:
         """Runs until stop(); handles SIGTERM/SIGINT when run in the main thread.
