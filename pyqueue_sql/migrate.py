@@ -932,9 +932,10 @@ ROUTINES_STEP = "routines after the revisions"
 # own name, so that a run resuming it keeps the tables' record as that run would have.
 ROUTINES_AGAIN_STEP = "routines again, no revision to apply"
 # The step after the routines, when a revision file of the run has statements after
-# AFTER_ROUTINES_MARKER: named after those files (labels, as run_sql_file was given them), and the
-# routines step before it is named after it too, so that a run interrupted in either resumes both
-# from the progress table alone (the revisions are recorded in the version table by then).
+# AFTER_ROUTINES_MARKER: named after those files (labels, as run_sql_file was given them). Every
+# step of the run after such a revision is recorded with them too ("upgrade to X; after the
+# routines: ..."), so that a run interrupted in any later step, or between two, resumes with them
+# from the progress table alone (the revisions that added them are recorded as applied by then).
 AFTER_ROUTINES_STEP = "after the routines: "
 _STEP_NAME_LENGTH = 255  # pyqueue_alembic_progress.step
 
@@ -943,20 +944,22 @@ def _after_routines_step(labels: list[str]) -> str:
     return AFTER_ROUTINES_STEP + ", ".join(labels)
 
 
-def _routines_step(base: str, labels: list[str]) -> str:
+def _with_after_routines(base: str, labels: list[str]) -> str:
     return f"{base}; {_after_routines_step(labels)}" if labels else base
 
 
-def _after_routines_of(resumed: str | None) -> tuple[str | None, list[str]]:
-    """The step an interrupted run stopped in, read back: ('routines', labels) for a routines step
-    with statements after it, ('after', labels) for the after-routines step, else (None, [])."""
+def _after_routines_of(resumed: str | None) -> tuple[str | None, str | None, list[str]]:
+    """The step an interrupted run stopped in, read back: (kind, its name without the labels, the
+    labels of the statements still to run after the routines); kind is 'after' for the
+    after-routines step, 'routines' for the routines step with statements after it, else None."""
     if resumed is None:
-        return None, []
-    prefix = f"{ROUTINES_STEP}; {AFTER_ROUTINES_STEP}"
-    for kind, start in (("routines", prefix), ("after", AFTER_ROUTINES_STEP)):
-        if resumed.startswith(start):
-            return kind, resumed[len(start) :].split(", ")
-    return None, []
+        return None, None, []
+    if resumed.startswith(AFTER_ROUTINES_STEP):
+        return "after", None, resumed[len(AFTER_ROUTINES_STEP) :].split(", ")
+    base, marker, labels = resumed.partition(f"; {AFTER_ROUTINES_STEP}")
+    if not marker:
+        return None, base, []
+    return ("routines" if base == ROUTINES_STEP else None), base, labels.split(", ")
 
 
 class _Run:
@@ -999,14 +1002,14 @@ class _Run:
         _rows(self.connection, self.dialect, "migration_lock")
 
     def _name(self, step: _Plan) -> str:
-        """A step's name as recorded: the routines step of a run whose revisions left statements to
-        run after the routines names them."""
-        if step.run is _install_routines and step.name == ROUTINES_STEP:
-            name = _routines_step(ROUTINES_STEP, self.after_routines)
-            if len(name) > _STEP_NAME_LENGTH:
-                raise MigrationError(f"the step name {name!r} is longer than {_STEP_NAME_LENGTH} characters")
-            return name
-        return step.name
+        """A step's name as recorded: after a revision that left statements to run after the
+        routines, with their files' labels (the after-routines step is named by them alone)."""
+        if step.run is _run_after_routines:
+            return step.name
+        name = _with_after_routines(step.name, self.after_routines)
+        if len(name) > _STEP_NAME_LENGTH:
+            raise MigrationError(f"the step name {name!r} is longer than {_STEP_NAME_LENGTH} characters")
+        return name
 
     def steps(
         self, script: ScriptDirectory, direction: str, revision: str, heads: tuple[str, ...]
@@ -1054,25 +1057,24 @@ class _Run:
             heads = tuple(context.get_current_heads())
             steps = self.steps(script, direction, revision, heads)
             resumed = self.progress.step if self.progress is not None else None
-            resumed_kind, self.after_routines = _after_routines_of(resumed)
+            resumed_kind, resumed_base, self.after_routines = _after_routines_of(resumed)
             # a run resuming the routines step (or the one after it) of a run that applied revisions,
             # or adopted the schema, records the tables as that run would have
             revisions_run = (
-                bool(steps) or resumed in (ROUTINES_STEP, ADOPTED_ROUTINES) or resumed_kind is not None
+                bool(steps) or resumed_base in (ROUTINES_STEP, ADOPTED_ROUTINES) or resumed_kind is not None
             )
             if direction == "upgrade" and resumed_kind == "after" and not steps:
                 steps.append(_Plan(resumed, _run_after_routines, None))  # the routines are done
             elif direction == "upgrade" and (
                 steps
                 or adopted  # the fingerprint reads no routine: an adopted schema gets ours
-                or resumed in (ROUTINES_STEP, ADOPTED_ROUTINES, ROUTINES_AGAIN_STEP)
-                or resumed_kind == "routines"
+                or resumed_base in (ROUTINES_STEP, ADOPTED_ROUTINES, ROUTINES_AGAIN_STEP)
                 or _routines_stale(connection, dialect)
             ):
                 if steps or resumed_kind == "routines":
                     name = ROUTINES_STEP
-                elif resumed in (ADOPTED_ROUTINES, ROUTINES_STEP, ROUTINES_AGAIN_STEP):
-                    name = resumed
+                elif resumed_base in (ADOPTED_ROUTINES, ROUTINES_STEP, ROUTINES_AGAIN_STEP):
+                    name = resumed_base
                 else:
                     name = ADOPTED_ROUTINES if adopted else ROUTINES_AGAIN_STEP
                 steps.append(_Plan(name, _install_routines, None))

@@ -802,6 +802,34 @@ def test_0003_ready_order_killed_at_each_statement_is_finished_by_the_next_run(
 
 
 @pytest.mark.only_dialect("mysql")
+@pytest.mark.parametrize("between", [1, 2, 3])
+def test_two_revisions_with_statements_after_the_routines_killed_between_steps_both_finish(
+    fresh_database, between, after_revision, clean_catalog, monkeypatch
+):
+    """From 0002_installed to a later revision over 0003_ready_order, each with statements after the
+    routines: killed once a step has ended and before the next begins (after 0003, after the later
+    revision, after the routines), the next run runs the statements after the routines of both
+    revisions, the one it resumes in and the one the killed run had applied."""
+    dsn = fresh_database("twoafter")
+    _install_0002_with_the_releases_routines(dsn, monkeypatch)
+    _push(dsn, n=3)
+    killed = _run_migrate(dsn, kill=f"step:{between}")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    done = _run_migrate(dsn)
+    assert done.returncode == 0, done.stderr
+    assert migrate.current(dsn) == (after_revision,)
+    assert _after_probe(dsn) == [(1,)]
+    assert _sql(
+        dsn,
+        "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE()"
+        " AND INDEX_NAME = 'pyqueue_message_ready_idx'",
+    ) == [(0,)]
+    assert _ready(dsn) == 3
+    assert migrate.check(dsn).problems == []
+    _assert_like_a_clean_install(dsn, clean_catalog)
+
+
+@pytest.mark.only_dialect("mysql")
 def test_0003_backfill_commits_each_batch_holds_one_batchs_locks_and_resumes_after_a_kill(
     fresh_database, monkeypatch
 ):
