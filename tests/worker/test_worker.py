@@ -509,16 +509,21 @@ print("stopped", clean)
 def test_a_sigterm_right_after_the_start_line_is_a_graceful_stop(dsn, queue, runtime):
     """The start line ("worker starting", event "start") is logged once the signal handlers are in
     place, so a supervisor that waits for it and then sends SIGTERM gets a graceful stop."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIGTERM_AT_START, dsn, queue.name, runtime],
+    proc = _python_script(_SIGTERM_AT_START, dsn, queue.name, runtime)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "stopped True"
+
+
+def _python_script(script: str, *args: str) -> subprocess.CompletedProcess:
+    """script run by a Python process of its own, given args, within 30 s."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": ROOT},
         capture_output=True,
         text=True,
         timeout=30,
     )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "stopped True"
 
 
 # A SIGTERM whose Python handler runs while the main thread holds the lock of the slots, as the
@@ -540,14 +545,7 @@ print("stopping", worker.stopping)
 
 
 def test_a_sigterm_while_the_main_thread_holds_the_slots_lock_stops_the_worker(dsn):
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIGTERM_UNDER_THE_SLOTS_LOCK, dsn],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = _python_script(_SIGTERM_UNDER_THE_SLOTS_LOCK, dsn)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "stopping True", proc.stderr
 
