@@ -11,9 +11,10 @@
 -- Nothing to drop: DROP PROCEDURE removes the grants on a procedure.
 
 -- ==== revisions after 0.1.0 (sql/mysql/revisions/, newest first) ====
--- 0003_ready_order: its backfill's procedure, left by a run stopped before it dropped it (the column and
+-- 0003_ready_order: its backfill's procedures, left by a run stopped before it dropped them (the column and
 -- the index go with the table)
 DROP PROCEDURE IF EXISTS pyqueue__backfill_ready_at;
+DROP PROCEDURE IF EXISTS pyqueue__backfill_ready_at_rest;
 -- 0002_installed
 DROP TABLE IF EXISTS pyqueue_installed;
 

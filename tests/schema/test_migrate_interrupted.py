@@ -802,6 +802,33 @@ def test_0003_ready_order_killed_at_each_statement_is_finished_by_the_next_run(
 
 
 @pytest.mark.only_dialect("mysql")
+def test_0003_sets_ready_at_of_rows_the_old_routines_wrote_after_the_backfill(fresh_database, monkeypatch):
+    """Rows written without ready_at (as 0.1.0's routines write them) once the backfill has run and
+    before the routines are replaced keep the column's default until the statements after the
+    routines set them as the backfill does: none is left first in reserve order."""
+    dsn = fresh_database("readyrest")
+    _install_0002_with_the_releases_routines(dsn, monkeypatch)
+    _fill(dsn, "early", 7)
+    before, _after = _split_units("mysql", READY_ORDER_UP)
+    killed = _run_migrate(dsn, kill=str(before))  # every statement before the routines ran
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    _fill(dsn, "late", 12)
+    _sql(dsn, "UPDATE pyqueue_message SET priority = 3 WHERE queue_name = 'late' AND p_key IN ('k1', 'k2')")
+    default = "SELECT COUNT(*) FROM pyqueue_message WHERE ready_at = '1970-01-01 00:00:01'"
+    assert _sql(dsn, default) == [(12,)]
+    done = _run_migrate(dsn)
+    assert done.returncode == 0, done.stderr
+    assert _sql(dsn, default) == [(0,)]
+    _assert_backfilled(dsn)
+    assert _sql(
+        dsn,
+        "SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()"
+        " AND ROUTINE_NAME IN ('pyqueue__backfill_ready_at', 'pyqueue__backfill_ready_at_rest')",
+    ) == [(0,)]
+    assert _ready(dsn, "late") == 12
+
+
+@pytest.mark.only_dialect("mysql")
 @pytest.mark.parametrize("between", [1, 2, 3])
 def test_two_revisions_with_statements_after_the_routines_killed_between_steps_both_finish(
     fresh_database, between, after_revision, clean_catalog, monkeypatch

@@ -80,3 +80,54 @@ ALTER TABLE pyqueue_message
 ALTER TABLE pyqueue_message
     DROP INDEX pyqueue_message_ready_idx,
     ALGORITHM = INPLACE, LOCK = NONE;
+
+-- 5. The rows the previous release's routines pushed while migrate ran (after the backfill began, before this
+--    version's routines replaced theirs) are still at the default, first in reserve order: set as the backfill sets
+--    them. No routine writes the default any more, and those rows lie at the start of their (queue, priority) range
+--    of the new index, so it reads them there (the pairs by the index's prefix, a loose scan), not the table; 5,000
+--    rows a statement, each committed on its own.
+DROP PROCEDURE IF EXISTS pyqueue__backfill_ready_at_rest;
+
+DELIMITER //
+CREATE PROCEDURE pyqueue__backfill_ready_at_rest()
+    SQL SECURITY INVOKER
+    MODIFIES SQL DATA
+BEGIN
+    DECLARE v_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_priority INT;
+    DECLARE v_end, v_failed, v_tries INT DEFAULT 0;
+    DECLARE v_rows BIGINT;
+    DECLARE c_pairs CURSOR FOR SELECT DISTINCT queue_name, priority FROM pyqueue_message;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
+    DECLARE CONTINUE HANDLER FOR 1213, 1205 SET v_failed = 1;
+    OPEN c_pairs;
+    pairs: LOOP
+        FETCH c_pairs INTO v_queue, v_priority;
+        IF v_end = 1 THEN LEAVE pairs; END IF;
+        SET v_rows = 1;
+        WHILE v_rows > 0 DO
+            SET v_failed = 0;
+            UPDATE pyqueue_message FORCE INDEX (pyqueue_message_order_idx) SET ready_at = scheduled_at
+             WHERE queue_name = v_queue AND priority = v_priority AND ready_at = '1970-01-01 00:00:01'
+             LIMIT 5000;
+            SET v_rows = ROW_COUNT();
+            IF v_failed = 0 THEN
+                COMMIT;
+                SET v_tries = 0;
+            ELSE
+                ROLLBACK;
+                SET v_rows = 1, v_tries = v_tries + 1;
+                IF v_tries >= 20 THEN
+                    SIGNAL SQLSTATE '45000'
+                       SET MESSAGE_TEXT = 'pyqueue:backfill: ready_at: 20 deadlocks or lock waits in a row; run migrate again';
+                END IF;
+            END IF;
+        END WHILE;
+    END LOOP;
+    CLOSE c_pairs;
+END //
+DELIMITER ;
+
+CALL pyqueue__backfill_ready_at_rest();
+
+DROP PROCEDURE pyqueue__backfill_ready_at_rest;
