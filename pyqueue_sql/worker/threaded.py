@@ -258,7 +258,7 @@ class Completer:
                 if first is None:
                     return
                 batch = [first]
-                hurry = self.settles is not None and self.settles.held
+                hurry = self.settles is not None and (self.settles.held or self.settles.hurry)
                 flush_at = time.monotonic() + (0.0 if hurry else settings.ack_interval)
                 while len(batch) < settings.ack_batch:
                     left = flush_at - time.monotonic()
