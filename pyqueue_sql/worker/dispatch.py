@@ -89,15 +89,13 @@ REFILL_MISSES = 2
 # of 64 ran at about half the rate with it (2,175 against 4,620 jobs/s, PostgreSQL, in process).
 REFILL_HANDLER_MIN = 0.002
 
-# The reserve loop reads its queues' concurrency limits (queue_limits) this often (seconds), and keeps
-# what it holds of a limited kind (its messages in hand and those awaiting their acknowledgement)
-# within the limit: a reserve for no more than the room its own holdings leave finds that many
+# The reserve loop keeps what it holds of a limited kind (its messages in hand and those awaiting their
+# acknowledgement) within the limit (RunState.limits, read at the start and at each heartbeat): a reserve for no more than the room its own holdings leave finds that many
 # slots free (unless other workers hold some), so it is not held back by a limit its own messages
 # fill, and does not read past every ready message of the kind. Once the room falls below
 # LIMIT_ROOM_PART of the capacity (1 at least) it waits for its own settles instead, the completer
 # acknowledging at once (Settles.hurry). A limit of 64, 16 handlers, no-op jobs: see
 # bench/latest/NOTES-limit.md.
-LIMITS_READ = 5.0
 LIMIT_ROOM_PART = 8
 
 # What commit_steps gives a success that the completer acknowledges later, in a batch.
@@ -262,12 +260,11 @@ class ReserveLoop:
         # while an idle wait also ends when one of this worker's settles ends: Settles.done at its
         # start (read by listen_steps, which runs inside the runner's Listen), else None
         self.settled_since: int | None = None
-        # each queue's concurrency limits, {kind: capacity}, as last read (LIMITS_READ)
-        self.limits: dict[str, dict[str, int]] = {}
-        self.limits_at = float("-inf")  # when to read them again (clock)
         # queues whose reserves have returned a kind that has no limit since the limits were last
-        # read: a room kept for the limited kinds would hold those back too
+        # read (RunState.limits, replaced at each read): a room kept for the limited kinds would
+        # hold those back too
         self.unlimited_seen: set[str] = set()
+        self.unlimited_of: dict[str, dict[str, int]] = self.state.limits
 
     def dispatch_failed(self, exc: BaseException, backoff: float) -> float:
         """Logs a non-connection error of the reserve loop; returns the back-off after this one."""
@@ -350,25 +347,13 @@ class ReserveLoop:
         self.state.stats.wakeups += 1
         self.state.wake_queues.add(self.state.channels.get(channel, payload))
 
-    def limits_steps(self):
-        """Reads the concurrency limits of the worker's queues when LIMITS_READ has passed."""
-        now = self.state.clock()
-        if now < self.limits_at:
-            return
-        self.limits_at = now + LIMITS_READ
-        limits: dict[str, dict[str, int]] = {}
-        for route in self.routes.values():
-            try:
-                rows = yield RetriedCall("limits", route.queue)
-            except StoppedError:
-                raise
-            except Exception:  # e.g. the queue was dropped meanwhile: the reserve says so
-                log.debug("reading the limits failed", exc_info=True, extra={"event": "limits_error"})
-                rows = []
-            if rows:
-                limits[route.queue] = {r.kind: r.capacity for r in rows}
-        self.limits = limits
-        self.unlimited_seen.clear()
+    def limits_of(self, queue: str) -> dict[str, int] | None:
+        """The queue's concurrency limits, {kind: capacity}, as last read (None: none)."""
+        limits = self.state.limits
+        if limits is not self.unlimited_of:  # read again since: what the reserves returned is forgotten
+            self.unlimited_of = limits
+            self.unlimited_seen.clear()
+        return limits.get(queue)
 
     def limit_room(self, route: Route, acked: Sequence[Job] = ()) -> tuple[int, int] | None:
         """(how many more messages of the route's limited kinds this worker may hold, the room below
@@ -380,7 +365,7 @@ class ReserveLoop:
         kept for them would hold back the others. A capacity of 0 bounds nothing here (the
         reserve of the others then reads past the held-back kind, as before). `acked`: successes
         whose commit has landed, still counted as owed (the completer's flush, refill_steps)."""
-        limits = self.limits.get(route.queue)
+        limits = self.limits_of(route.queue)
         if not limits:
             return None
         kinds = route.kinds()
@@ -481,7 +466,6 @@ class ReserveLoop:
             roomless = False  # a route waits for room under a limit its own messages fill
             round_seen = settles.done
             if budget != 0:
-                yield from self.limits_steps()
                 for name in self.reserve_order():
                     free = self.free()
                     if free <= 0 or self.state.stopping.is_set():
@@ -753,7 +737,7 @@ class ReserveLoop:
         log_expired(self.state.stats, expired)
         made = self.worker._job_type.reserved
         jobs = [made(r, lease_until) for r in rows]
-        limits = self.limits.get(route.queue)
+        limits = self.limits_of(route.queue)
         if limits and route.queue not in self.unlimited_seen and any(j.kind not in limits for j in jobs):
             self.unlimited_seen.add(route.queue)
         self.worker._start_jobs(jobs)

@@ -383,6 +383,9 @@ class RunState:
     stop_reason: str | None = None  # why the run stops (the first reason given)
     retry_due: RetryDue = field(default_factory=lambda: RetryDue())  # retries and snoozes due (no wakeup)
     settles: Settles = field(default_factory=lambda: Settles())  # this worker's settles (held-back waits)
+    # each queue's concurrency limits, {queue: {kind: capacity}}, read at the start and at each heartbeat
+    # of a registered worker (registry.read_limits_steps; replaced, never changed in place)
+    limits: dict[str, dict[str, int]] = field(default_factory=dict)
     handler_avg: float | None = None  # the handlers' average seconds (moving), see ReserveLoop.prefetch_now
     last_error: str | None = None  # the reserve loop's last error, until a round succeeds
     round_ok: bool = False  # a round of the reserve loop succeeded since its last (re)start
