@@ -635,7 +635,7 @@ class ReserveLoop:
                 listen_at = now + HELD_LISTEN
                 if (yield from self.wait_steps(min(left, HELD_SLICE), seen, True)):
                     return
-            elif (yield Sleep(min(left, HELD_SLICE))):
+            elif (yield Sleep(min(left, HELD_SLICE), settled=True)):
                 return
 
     def max_jobs_steps(self):

@@ -338,6 +338,9 @@ class Settles:
         self.hurry = False
         self.refill_misses = 0  # the completer's refills in a row that got nothing (Dispatch.refills)
         self.owed_by: dict[tuple[str, str], int] = {}  # owed by (queue, kind)
+        # set when a settle ends (after done changes): a Sleep(settled=True) of the threads' runner
+        # ends on it, so that the reserve loop waiting for its own settles sees one at once
+        self.event = threading.Event()
 
     def deferred(self, queue: str = "", kind: str = "") -> None:
         with self._lock:
@@ -358,6 +361,7 @@ class Settles:
             if freed > 0:
                 self.done += 1
                 self.count += freed
+                self.event.set()
             self.owed -= acked
             owed_by = self.owed_by
             for key in kinds:
