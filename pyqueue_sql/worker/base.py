@@ -23,7 +23,7 @@ from .batches import BatchHandler, BatchLanes, BatchOptions
 from .dispatch import Dispatch, ReserveLoop
 from .model import Handler, Job, Route, RunState, WorkerStats, WorkerStatus, log
 from .policy import FailurePolicy, RetryPolicy, describe_error
-from .registry import Registry
+from .registry import Registry, read_limits_steps
 from .runners import STUCK_GRACE, Overdue, RunnerPool
 from .settings import Resolved, WorkerOptions, WorkerSettings, resolve
 from .settings import default_prefetch as default_prefetch
@@ -490,9 +490,10 @@ def check_handlers(routes: dict[str, Route]) -> None:
 
 
 def preflight_steps(routes: dict[str, Route], state: RunState):
-    """Reads each queue's max_attempts (for the log), and refuses to start when a kind stores its
+    """Reads each queue's concurrency limits (state.limits) and max_attempts (for the log), and refuses to start when a kind stores its
     results on a queue that keeps none (the first commit of a result would be refused). An account that may not read the settings
     (queue_settings is the monitor's) or a queue that does not exist yet: not checked here."""
+    yield from read_limits_steps(routes, state)
     for route in routes.values():
         try:
             settings = yield RetriedCall("settings", route.queue)

@@ -42,7 +42,7 @@ from .steps import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from .model import RunState
     from .policy import FailurePolicy
@@ -88,6 +88,15 @@ REFILL_MISSES = 2
 # reserve's round trip, which the reserve loop's reserve overlaps with it. No-op jobs under a limit
 # of 64 ran at about half the rate with it (2,175 against 4,620 jobs/s, PostgreSQL, in process).
 REFILL_HANDLER_MIN = 0.002
+
+# The reserve loop keeps what it holds of a limited kind (its messages in hand and those awaiting their
+# acknowledgement) within the limit (RunState.limits, read at the start and at each heartbeat): a reserve for no more than the room its own holdings leave finds that many
+# slots free (unless other workers hold some), so it is not held back by a limit its own messages
+# fill, and does not read past every ready message of the kind. Once the room falls below
+# LIMIT_ROOM_PART of the capacity (1 at least) it waits for its own settles instead, the completer
+# acknowledging at once (Settles.hurry). A limit of 64, 16 handlers, no-op jobs: see
+# bench/latest/NOTES-limit.md.
+LIMIT_ROOM_PART = 8
 
 # What commit_steps gives a success that the completer acknowledges later, in a batch.
 DEFERRED = object()
@@ -251,6 +260,11 @@ class ReserveLoop:
         # while an idle wait also ends when one of this worker's settles ends: Settles.done at its
         # start (read by listen_steps, which runs inside the runner's Listen), else None
         self.settled_since: int | None = None
+        # queues whose reserves have returned a kind that has no limit since the limits were last
+        # read (RunState.limits, replaced at each read): a room kept for the limited kinds would
+        # hold those back too
+        self.unlimited_seen: set[str] = set()
+        self.unlimited_of: dict[str, dict[str, int]] = self.state.limits
 
     def dispatch_failed(self, exc: BaseException, backoff: float) -> float:
         """Logs a non-connection error of the reserve loop; returns the back-off after this one."""
@@ -333,6 +347,49 @@ class ReserveLoop:
         self.state.stats.wakeups += 1
         self.state.wake_queues.add(self.state.channels.get(channel, payload))
 
+    def limits_of(self, queue: str) -> dict[str, int] | None:
+        """The queue's concurrency limits, {kind: capacity}, as last read (None: none)."""
+        limits = self.state.limits
+        if limits is not self.unlimited_of:  # read again since: what the reserves returned is forgotten
+            self.unlimited_of = limits
+            self.unlimited_seen.clear()
+        return limits.get(queue)
+
+    def limit_room(self, route: Route, acked: Sequence[Job] = ()) -> tuple[int, int] | None:
+        """(how many more messages of the route's limited kinds this worker may hold, the room below
+        which it waits for its own settles instead of reserving), or None: no limit bounds what
+        the route reserves. The room is each limited kind's capacity less what this worker holds of
+        it: its messages in hand and the successes awaiting their acknowledgement (a slot frees
+        only when its commit lands). It bounds a route that reserves limited kinds only (its
+        handlers' kinds, or what its reserves have returned since the limits were read): a room
+        kept for them would hold back the others. A capacity of 0 bounds nothing here (the
+        reserve of the others then reads past the held-back kind, as before). `acked`: successes
+        whose commit has landed, still counted as owed (the completer's flush, refill_steps)."""
+        limits = self.limits_of(route.queue)
+        if not limits:
+            return None
+        kinds = route.kinds()
+        if kinds is None:
+            if route.queue in self.unlimited_seen:
+                return None
+            kinds = list(limits)
+        elif any(k not in limits for k in kinds):
+            return None
+        caps = [limits[k] for k in kinds if k in limits]
+        if not all(caps):
+            return None
+        held: dict[str, int] = {}
+        for job in self.worker._jobs():
+            if job.queue == route.queue:
+                held[job.kind] = held.get(job.kind, 0) + 1
+        for job in acked:
+            held[job.kind] = held.get(job.kind, 0) - 1
+        settles = self.state.settles
+        room = sum(
+            max(0, limits[k] - held.get(k, 0) - settles.owed_of(route.queue, k)) for k in kinds if k in limits
+        )
+        return room, max(1, sum(caps) // LIMIT_ROOM_PART)
+
     def reserve_args(self, route: Route, n: int) -> dict[str, Any]:
         return dict(n=n, worker=self.worker.reserve_as, timeout=self.settings.lease, kinds=route.kinds())
 
@@ -406,16 +463,30 @@ class ReserveLoop:
             budget = held.budget(busy=settles.owed > 0 or bool(self.worker._jobs()))
             got = asked = 0
             capped = False
+            roomless = False  # a route waits for room under a limit its own messages fill
+            round_seen = settles.done
             if budget != 0:
                 for name in self.reserve_order():
                     free = self.free()
                     if free <= 0 or self.state.stopping.is_set():
                         break
                     n = free if budget is None else min(free, budget)
+                    room = self.limit_room(self.routes[name])
+                    if room is not None:
+                        if room[0] < min(n, room[1]):
+                            roomless = True
+                            continue
+                        n = min(n, room[0])
                     capped = capped or n < free
                     asked += n
                     got += yield from self.reserve_steps(self.routes[name], n)
                 self.round_done()
+            settles.hurry = roomless
+            if roomless and not got:
+                # what it holds of a limited kind leaves too little room: the next round when one of
+                # its own settles ends (it holds some, so one will), or HELD_MAX
+                yield from self.settles_wait_steps(HELD_MAX, round_seen)
+                continue
             if held.on and (budget == 0 or 0 < got < asked):
                 # still held back (nothing of its own settled, or the limit filled again): no
                 # reserve and no next scheduled_at until one of its settles ends, or a while
@@ -564,7 +635,7 @@ class ReserveLoop:
                 listen_at = now + HELD_LISTEN
                 if (yield from self.wait_steps(min(left, HELD_SLICE), seen, True)):
                     return
-            elif (yield Sleep(min(left, HELD_SLICE))):
+            elif (yield Sleep(min(left, HELD_SLICE), settled=True)):
                 return
 
     def max_jobs_steps(self):
@@ -666,6 +737,9 @@ class ReserveLoop:
         log_expired(self.state.stats, expired)
         made = self.worker._job_type.reserved
         jobs = [made(r, lease_until) for r in rows]
+        limits = self.limits_of(route.queue)
+        if limits and route.queue not in self.unlimited_seen and any(j.kind not in limits for j in jobs):
+            self.unlimited_seen.add(route.queue)
         self.worker._start_jobs(jobs)
         self.reserved(route, jobs)
         return len(jobs)
@@ -711,7 +785,7 @@ class Dispatch:
         owe = state.settles.deferred
 
         def defer(job: Job, elapsed_ms: float) -> None:
-            owe()  # owed until the completer's flush (ack_steps) ends it: see Settles
+            owe(job.queue, job.kind)  # owed until the completer's flush (ack_steps) ends it: see Settles
             defer_ack(job, elapsed_ms)
 
         self.defer_ack = defer  # (job, elapsed_ms): the completer acknowledges it, in a batch
@@ -848,7 +922,9 @@ class Dispatch:
                 taken = yield from self.refill_steps(by_queue)
         finally:
             # slots and group places freed, but those the refill took again: see Settles
-            self.state.settles.ended(acked=len(batch), taken=taken)
+            self.state.settles.ended(
+                acked=len(batch), taken=taken, kinds=[(j.queue, j.kind) for j, _ in batch]
+            )
 
     def refills(self, by_queue: dict[str, list[tuple[Job, float]]]) -> bool:
         """Whether the completer's flush reserves again for the slots its commits freed (see
@@ -856,10 +932,11 @@ class Dispatch:
         own messages among their holders) and the handlers are not quick (REFILL_HANDLER_MIN), a
         worker of one queue (with several, the reserve loop's order keeps them fair) without
         max_jobs, not AsyncWorker's group commit."""
+        settles = self.state.settles
         return (
-            self.state.settles.held
-            and self.state.settles.refill_misses < REFILL_MISSES
+            (settles.held or settles.hurry)
             and (self.state.handler_avg or 0.0) >= REFILL_HANDLER_MIN
+            and settles.refill_misses < REFILL_MISSES
             and self.reserve_loop is not None
             and not self.group_commit
             and self.settings.max_jobs is None
@@ -880,6 +957,9 @@ class Dispatch:
         if not loop.handler_free():
             return 0  # each handler has a message in hand: the reserve loop's rounds keep up
         n = min(len(entries), loop.free())
+        room = loop.limit_room(self.routes[q], [j for j, _ in entries])
+        if room is not None:
+            n = min(n, room[0])
         if n <= 0:
             return 0
         try:

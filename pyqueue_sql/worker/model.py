@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
@@ -334,22 +334,42 @@ class Settles:
         self.count = 0  # messages settled
         self.owed = 0  # successes handed to the completer, not acknowledged yet
         self.held = False  # the reserve loop is held back (HeldBack.on): acknowledge at once
+        # the reserve loop waits for room under a limit (ReserveLoop.limit_room): acknowledge at once
+        self.hurry = False
         self.refill_misses = 0  # the completer's refills in a row that got nothing (Dispatch.refills)
+        self.owed_by: dict[tuple[str, str], int] = {}  # owed by (queue, kind)
+        # set when a settle ends (after done changes): a Sleep(settled=True) of the threads' runner
+        # ends on it, so that the reserve loop waiting for its own settles sees one at once
+        self.event = threading.Event()
 
-    def deferred(self) -> None:
+    def deferred(self, queue: str = "", kind: str = "") -> None:
         with self._lock:
             self.owed += 1
+            self.owed_by[queue, kind] = self.owed_by.get((queue, kind), 0) + 1
 
-    def ended(self, acked: int = 0, taken: int = 0) -> None:
-        """One settle ended: of one message, or the completer's flush of `acked` successes, of
-        whose freed slots its refill took `taken` again (Dispatch.refill_steps). Slots all taken
-        again are no settle for the reserve loop: it would find the limit full."""
+    def owed_of(self, queue: str, kind: str) -> int:
+        """Successes of a queue's kind handed to the completer, not acknowledged yet."""
+        return self.owed_by.get((queue, kind), 0)
+
+    def ended(self, acked: int = 0, taken: int = 0, kinds: Sequence[tuple[str, str]] = ()) -> None:
+        """One settle ended: of one message, or the completer's flush of `acked` successes (their
+        (queue, kind) in kinds), of whose freed slots its refill took `taken` again
+        (Dispatch.refill_steps). Slots all taken again are no settle for the reserve loop: it would
+        find the limit full."""
         with self._lock:
             freed = (acked or 1) - taken
             if freed > 0:
                 self.done += 1
                 self.count += freed
+                self.event.set()
             self.owed -= acked
+            owed_by = self.owed_by
+            for key in kinds:
+                left = owed_by.get(key, 0) - 1
+                if left > 0:
+                    owed_by[key] = left
+                else:
+                    owed_by.pop(key, None)
 
 
 @dataclass(eq=False)
@@ -367,6 +387,9 @@ class RunState:
     stop_reason: str | None = None  # why the run stops (the first reason given)
     retry_due: RetryDue = field(default_factory=lambda: RetryDue())  # retries and snoozes due (no wakeup)
     settles: Settles = field(default_factory=lambda: Settles())  # this worker's settles (held-back waits)
+    # each queue's concurrency limits, {queue: {kind: capacity}}, read at the start and at each heartbeat
+    # of a registered worker (registry.read_limits_steps; replaced, never changed in place)
+    limits: dict[str, dict[str, int]] = field(default_factory=dict)
     handler_avg: float | None = None  # the handlers' average seconds (moving), see ReserveLoop.prefetch_now
     last_error: str | None = None  # the reserve loop's last error, until a round succeeds
     round_ok: bool = False  # a round of the reserve loop succeeded since its last (re)start

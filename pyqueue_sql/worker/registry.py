@@ -197,6 +197,8 @@ class Registry:
         if reg is not None and not (yield RetriedCall("heartbeat_worker", args=(reg,), hard=True)):
             self.log_released(reg)
             yield from self.register_steps(True)
+        if reg is not None:  # a limit set or changed since the start (ReserveLoop.limit_room)
+            yield from read_limits_steps(self.routes, self.state)
         if self.settings.release_dead_after is not None:
             self.log_release_dead(
                 (
@@ -216,3 +218,22 @@ class Registry:
             self.log_deregistered(reg, None)
         except Exception as exc:
             self.log_deregistered(reg, exc)
+
+
+def read_limits_steps(routes: dict[str, Route], state: RunState):
+    """Reads the concurrency limits of the worker's queues (queue_limits) into state.limits, which
+    bound what the reserve loop holds of a limited kind (ReserveLoop.limit_room). A queue whose
+    limits cannot be read (an account that may not, a queue that does not exist yet) has none here:
+    the reserves still keep every limit, only without that bound."""
+    limits: dict[str, dict[str, int]] = {}
+    for route in routes.values():
+        try:
+            rows = yield RetriedCall("limits", route.queue, hard=True)
+        except StoppedError:
+            raise
+        except Exception:
+            log.debug("reading the limits failed", exc_info=True, extra={"event": "limits_error"})
+            continue
+        if rows:
+            limits[route.queue] = {r.kind: r.capacity for r in rows}
+    state.limits = limits

@@ -103,9 +103,11 @@ class WaitSlots:
 
 @dataclass(frozen=True)
 class Sleep:
-    """Sleep `seconds`, cut short by the stop: True when stopped."""
+    """Sleep `seconds`, cut short by the stop: True when stopped. settled: a runner that can also
+    cuts it short when one of the worker's settles ends (Settles.ended), answering False."""
 
     seconds: float
+    settled: bool = False
 
 
 @dataclass(frozen=True)

@@ -258,7 +258,7 @@ class Completer:
                 if first is None:
                     return
                 batch = [first]
-                hurry = self.settles is not None and self.settles.held
+                hurry = self.settles is not None and (self.settles.held or self.settles.hurry)
                 flush_at = time.monotonic() + (0.0 if hurry else settings.ack_interval)
                 while len(batch) < settings.ack_batch:
                     left = flush_at - time.monotonic()
@@ -580,6 +580,11 @@ class Worker(WorkerBase):
                     self._slot_waiting = 0
 
     def _sleep(self, op: Sleep, conn: Any) -> bool:
+        if op.settled:  # one of its settles (which sets the event after it ends) or the time
+            event = self.state.settles.event
+            if event.wait(op.seconds):
+                event.clear()
+            return self.state.stopping.is_set()
         return self.state.stopping.wait(op.seconds)
 
     def _wait(self, op: Wait, conn: Any) -> bool:

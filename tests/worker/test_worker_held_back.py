@@ -65,6 +65,41 @@ def test_a_limit_that_its_own_messages_fill_never_waits_for_the_poll_fallback(ds
     assert queue.stats().ready == 0
 
 
+def test_a_limit_its_handlers_cannot_fill_never_holds_the_worker_back(dsn, make_queue, monkeypatch):
+    # 16 handlers and a prefetch under a limit of 64: the worker keeps what it holds of the kind (its
+    # messages in hand and the successes awaiting their acknowledgement) within the 64, so each
+    # reserve asks for no more than the slots its own holdings leave free and gets all it asks for.
+    # None finds the limit full (which held the worker back, a round at a time, waiting for its own
+    # acknowledgements) or reads past the messages the limit holds back. Counted: each reserve's
+    # asked and got, and the worker's starts of a held-back state.
+    from pyqueue_sql.worker.dispatch import HeldBack, ReserveLoop
+
+    reserves = []
+    reserve = ReserveLoop.reserve_steps
+
+    def counted(self, route, n):
+        got = yield from reserve(self, route, n)
+        reserves.append((n, got))
+        return got
+
+    starts = []
+    start = HeldBack.start
+
+    def started(self):
+        starts.append(self.on)
+        start(self)
+
+    monkeypatch.setattr(ReserveLoop, "reserve_steps", counted)
+    monkeypatch.setattr(HeldBack, "start", started)
+    queue = make_queue()
+    queue.set_limit("noop", 64)
+    drain(dsn, queue)
+    assert reserves and max(n for n, _ in reserves) <= 64, reserves
+    # got fewer than it asked for, but some: the backlog's last messages, once at most
+    assert len([r for r in reserves if 0 < r[1] < r[0]]) <= 1, reserves
+    assert starts == [], reserves
+
+
 def test_a_queue_wide_rate_above_the_drain_never_waits_for_the_poll_fallback(dsn, make_queue):
     queue = make_queue()
     queue.set_rate(None, 10000, 0.1)
