@@ -4,7 +4,8 @@ own: with a TEXT column (a JSON_ARRAY, a JSON result, a long key) MariaDB makes 
 disk, a file created and removed each call (measured: 12 % of a batch commit's time with results
 kept, in the kernel's file creation). A batch commit on a queue that keeps history, one with results
 all null, and a batch reserve on queues with priorities or a rate create none (the session's
-Created_tmp_disk_tables)."""
+Created_tmp_disk_tables); a rate's units are still written, and a batch commit of grouped and
+plain messages with results still stores each its own."""
 
 from __future__ import annotations
 
@@ -72,4 +73,25 @@ def test_a_batch_reserve_under_a_rate_writes_the_units_it_used_and_no_table_on_d
         assert tuple(int(v) for v in cur.fetchone()) == (256, 56, 200)
         db.connection.commit()
         assert len(queue.reserve(n=256, timeout=60)) == 44
+        queue.drop()
+
+
+def test_a_batch_commit_with_results_of_grouped_and_plain_messages_stores_each_its_own(dsn):
+    """FIFO groups (k = 2) and plain messages in one commit_result_many, in an order of their own:
+    each message's result is the one given with it (the grouped ones' list is read again by id and
+    token, each result by its element number)."""
+    with pyqueue_sql.connect(dsn) as db:
+        queue = db.queue(f"disk.{uuid.uuid4().hex[:10]}").create()
+        queue.set_result_retention(3600)
+        queue.set_group_limit(None, 2)
+        queue.push_many(
+            [dict(key=f"g{i}", kind="job", payload={}, group=f"grp{i % 2}") for i in range(4)]
+            + [dict(key=f"p{i}", kind="job", payload={}) for i in range(3)]
+        )
+        got = queue.reserve(n=10, timeout=60)
+        assert len(got) == 7
+        items = [(r, {"for": r.key}) for r in reversed(got)]
+        assert queue.commit_result_many(items) == 7
+        for r in got:
+            assert queue.result(r.key, "job").result == {"for": r.key}, r.key
         queue.drop()

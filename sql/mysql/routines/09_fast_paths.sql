@@ -299,8 +299,8 @@ END //
 -- pyqueue__commit_batch_locate: the rows the arrays name whose tokens still hold, read in one statement: out_ids, those
 -- not in a FIFO group (out_found of them, out_occs of which a schedule's occurrence) as [id, token, is an occurrence
 -- (1 or 0), element number]; out_grouped (NULL: none), the others, as [id, p_key, p_kind, token, group_key, result]
--- (result: element i of in_results, or NULL), read by a second statement only when there are any. in_gcl: the
--- session's group_concat_max_len, put back. Locks nothing.
+-- (result: element i of in_results, or NULL), read again by id and token as found only when there are any. in_gcl:
+-- the session's group_concat_max_len, put back. Locks nothing.
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch_locate //
 CREATE PROCEDURE pyqueue__commit_batch_locate(
     IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -316,19 +316,22 @@ CREATE PROCEDURE pyqueue__commit_batch_locate(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_all INT;
+    DECLARE v_grouped LONGTEXT CHARACTER SET utf8mb4;
     SET SESSION group_concat_max_len = GREATEST(in_gcl, @@max_allowed_packet), out_grouped = NULL;
     -- [id, token, is a schedule's occurrence, element number], written by CONCAT (a token holds hex digits and dashes
-    -- only): GROUP_CONCAT keeps its arguments in a temporary table, which for a JSON_ARRAY (a LONGTEXT) is a table on
-    -- disk, a file created and removed each call. Kinds and tokens joined on ord through narrow materialised derived
-    -- tables (a kind as its MD5).
+    -- only), and the grouped ones' [id, token, element number]: GROUP_CONCAT keeps its arguments in a temporary table,
+    -- which for a JSON_ARRAY (a LONGTEXT) is a table on disk, a file created and removed each call. Kinds and tokens
+    -- joined on ord through narrow materialised derived tables (a kind as its MD5).
     SELECT COALESCE(SUM(m.group_key IS NULL), 0), COUNT(*),
            CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL,
                                        CONCAT('[', m.id, ',"', m.reserve_token, '",',
                                               IF(m.p_key LIKE '%@____-__-__T__:__:__Z', 1, 0), ',', k.ord, ']'),
                                        NULL)
                                     SEPARATOR ','), ']'),
-           SUM(m.group_key IS NULL AND m.p_key LIKE '%@____-__-__T__:__:__Z')
-      INTO out_found, v_all, out_ids, out_occs
+           SUM(m.group_key IS NULL AND m.p_key LIKE '%@____-__-__T__:__:__Z'),
+           CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL, CONCAT('[', m.id, ',"', m.reserve_token, '",', k.ord, ']'))
+                                    SEPARATOR ','), ']')
+      INTO out_found, v_all, out_ids, out_occs, v_grouped
       FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
                ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
       STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
@@ -341,25 +344,16 @@ BEGIN
         ON m.queue_name = in_queue AND m.p_key = k.k COLLATE utf8mb4_bin
        AND UNHEX(MD5(m.p_kind)) = d.h
        AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin;
-    IF v_all > out_found THEN  -- messages of FIFO groups: [id, p_key, p_kind, token, group_key, result]
+    IF v_all > out_found THEN  -- messages of FIFO groups, by id and token as found: [id, p_key, p_kind, token, group_key, result]
         SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key,
                                                    IF(in_results IS NULL, NULL,
-                                                      JSON_EXTRACT(in_results, CONCAT('$[', k.ord - 1, ']'))))
+                                                      JSON_EXTRACT(in_results, CONCAT('$[', g.ord - 1, ']'))))
                                         SEPARATOR ','), ']')
           INTO out_grouped
-          FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
-                   ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
-          STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
-                    ord FOR ORDINALITY, kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS j
-                 LIMIT 18446744073709551615) AS d ON d.ord = k.ord
-          STRAIGHT_JOIN (SELECT j.ord, LOWER(j.t) AS t FROM JSON_TABLE(in_tokens, '$[*]' COLUMNS (
-                    ord FOR ORDINALITY, t CHAR(36) CHARACTER SET ascii PATH '$')) AS j
-                 LIMIT 18446744073709551615) AS t ON t.ord = k.ord
-          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (pyqueue_message_key_uk)
-            ON m.queue_name = in_queue AND m.p_key = k.k COLLATE utf8mb4_bin
-           AND UNHEX(MD5(m.p_kind)) = d.h
-           AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin
-         WHERE m.group_key IS NOT NULL;
+          FROM JSON_TABLE(v_grouped, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', ord BIGINT PATH '$[2]')) AS g
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = g.c_id
+         WHERE m.reserve_token = g.c_token;
     END IF;
     SET SESSION group_concat_max_len = in_gcl;
 END //
