@@ -101,6 +101,7 @@ def candidates_read(k: int, mark: tuple[str, int] | None) -> str:
     )
     at, below = (f"'{mark[0]}'", str(mark[1] - 1)) if mark else ("NULL", "NULL")
     sql = " ".join(read.split()).replace("in_queue", "'held.ready'").replace("v_now", "UTC_TIMESTAMP(6)")
+    sql = sql.replace("v_pr", "0")  # (priority 0: the walk's step where these messages lie)
     return sql.replace("v_at", at).replace("v_id", below).replace("v_k", str(k))
 
 

@@ -200,6 +200,7 @@ def candidates_read(queue: str, k: int, mark: tuple[str, int]) -> str:
     )
     read = re.sub(r"--[^\n]*", "", read)
     sql = " ".join(read.split()).replace("in_queue", f"'{queue}'").replace("v_now", "UTC_TIMESTAMP(6)")
+    sql = sql.replace("v_pr", "0")  # (priority 0: the walk's step where these messages lie)
     return sql.replace("v_at", f"'{mark[0]}'").replace("v_id", str(mark[1] - 1)).replace("v_k", str(k))
 
 

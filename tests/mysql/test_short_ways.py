@@ -3,8 +3,10 @@ what the general ones give. A batch of one kind written plainly (with or without
 comma) commits every message; kinds that differ only in case are two kinds; a bad kind is named by
 its element wherever it stands, and nothing is committed. A single reserve sends the claim as the
 row now holds it (token, attempts, headers, times). A batch reserve among other consumers takes
-each message once. A flush into a queue without live messages keeps the first of repeated keys and
-counts the rest duplicates, and one into a queue with live messages still skips those."""
+each message once. A batch reserve over priorities walks them from the top by the short way, and
+past four priorities with nothing ready goes the general way. A flush into a queue without live
+messages keeps the first of repeated keys and counts the rest duplicates, and one into a queue with
+live messages still skips those."""
 
 from __future__ import annotations
 
@@ -197,3 +199,47 @@ def test_a_flush_into_a_queue_with_live_messages_skips_them(sql, queue):
         ("a", '{"live": true}'),
         ("b", '{"n": 2}'),
     ]
+
+
+def push(sql, queue: str, key: str, priority: int, delay_s: float | None = None) -> None:
+    run_at = None if delay_s is None else f"UTC_TIMESTAMP(6) + INTERVAL {int(delay_s * 1e6)} MICROSECOND"
+    sql(f"CALL queue_push(%s, %s, 'k', '{{}}', {run_at or 'NULL'}, %s)", queue, key, priority)
+
+
+def test_a_batch_reserve_over_priorities_walks_them_from_the_top_by_the_short_way(sql, queue, dsn):
+    """Priorities 5, 2 and 0 (a delayed message at 7, one of priority 2 held by another transaction):
+    batch reserves take them highest priority first, FIFO within one, the held one skipped and the
+    delayed one left, by the short way (the session's mark names the first priority it found)."""
+    push(sql, queue, "late7", 7, delay_s=3600)
+    for p, n in ((0, 3), (2, 3), (5, 2)):
+        for i in range(n):
+            push(sql, queue, f"p{p}.{i}", p)
+    other = pymysql.connect(**mysql_connect_args(dsn))
+    try:
+        other.begin()
+        with other.cursor() as cur:
+            cur.execute(
+                "SELECT id FROM pyqueue_message WHERE queue_name = %s AND p_key = 'p2.0' FOR UPDATE", (queue,)
+            )
+        first = [r[0] for r in reserve(sql, queue, 4)]
+        assert first == ["p5.0", "p5.1", "p2.1", "p2.2"]
+        assert sql("SELECT @pyqueue__ready_priority") == [(5,)]
+        other.rollback()
+    finally:
+        other.close()
+    assert [r[0] for r in reserve(sql, queue, 10)] == ["p2.0", "p0.0", "p0.1", "p0.2"]
+    assert sql("SELECT @pyqueue__ready_priority") == [(2,)]  # (5: nothing ready there now)
+    assert reserve(sql, queue, 10) == []
+
+
+def test_a_batch_reserve_past_four_priorities_with_nothing_ready_goes_the_general_way(sql, queue):
+    """Five priorities above 0 hold delayed messages only: the short way stops after four of them
+    (its cost would follow the priorities, not the ready rows) and the general way, which reads the
+    due index past four steps, hands out the ready ones (no mark is left)."""
+    for p in range(1, 6):
+        push(sql, queue, f"late{p}", p, delay_s=3600)
+    for i in range(3):
+        push(sql, queue, f"m{i}", 0)
+    sql("SET @pyqueue__ready_priority = NULL, @pyqueue__ready_queue = NULL")
+    assert [r[0] for r in reserve(sql, queue, 10)] == ["m0", "m1", "m2"]
+    assert sql("SELECT @pyqueue__ready_priority") == [(None,)]

@@ -101,8 +101,9 @@ PG_BUFFERS_PER_MESSAGE = {
     "priorities": 32,
 }
 # MariaDB: rows read by the storage engine's handlers (Handler_read_*), a message reserved, the fewest
-# of three reserves. Alone on a quiet server: plain about 13; ten priorities about 20 (a step a
-# priority); a limit about 23 (its slots and their holders read once a call, its slots written by one
+# of three reserves. Alone on a quiet server: plain about 13; ten priorities about 13 too (the short
+# way's plain read of ids a priority at a time; about 20 while the general way's JSON pages took
+# them); a limit about 23 (its slots and their holders read once a call, its slots written by one
 # single-table UPDATE; 27 while a join to the claims wrote them; about 80 while each candidate's take
 # read them); a rate about 25 (the free units after the session's last one, read by
 # the primary key at once: a walk of the used_at index for each unit read the entries the units taken
@@ -117,14 +118,14 @@ MY_ROWS_PER_MESSAGE = {
     "groups": 60,
     "history": 45,
     "results": 45,
-    "priorities": 70,
+    "priorities": 45,
 }
 
 # MariaDB: statements run (the session's Com_* counters, the procedures' own included; not Queries,
 # which counts the whole server's), a message reserved, the fewest of three reserves. Set-based, a
-# reserve of 64 runs 17 to 20 statements whatever it finds: plain 0.27 a message, ten priorities 0.41
-# (a step a priority); a limit 0.31 and a rate 0.31 (their slots and units read and locked once a
-# call, written by one statement each), where one candidate at a time ran 12 a message. A statement a
+# reserve of 64 runs 17 to 20 statements whatever it finds: plain 0.27 a message, ten priorities 0.39
+# (a step a priority, three here); a limit 0.31 and a rate 0.31 (their slots and units read and
+# locked once a call, written by one statement each), where one candidate at a time ran 12 a message. A statement a
 # message (a loop over the candidates) fails here.
 MY_STATEMENTS_PER_MESSAGE = {
     "plain": 0.6,
@@ -133,7 +134,7 @@ MY_STATEMENTS_PER_MESSAGE = {
     "groups": 0.6,
     "history": 0.6,
     "results": 0.6,
-    "priorities": 0.8,
+    "priorities": 0.6,
 }
 
 
@@ -246,7 +247,8 @@ def test_a_reserve_and_its_batch_commit_call_no_routine_a_message(dsn, db, diale
 # included), a message: 64 reservations of a backlog of 300 committed by commit_many, as the
 # worker's completer sends them (in a transaction the client opens); the fewest of three.
 # Set-based, the commit runs a few statements whatever its size: plain about 0.17 a message,
-# history 0.28 and results 0.36 (one INSERT of the history or result rows, one DELETE). FIFO
+# history 0.28 and results 0.30 (one INSERT of the history or result rows, one DELETE; results: a
+# count of the dependency rows, their list only when there are any, 0.36 while it was always built). FIFO
 # groups (50 groups, k = 8: most of the 64 are heads): the group rows locked in group order by one
 # statement, the messages, their history and result rows and the DELETE one statement each for the
 # batch, then each group settled once (one UPDATE starting its next messages; when its head left,
@@ -258,7 +260,7 @@ MY_COMMIT_STATEMENTS_PER_MESSAGE = {
     "rate": 0.4,
     "groups": 3.5,
     "history": 0.5,
-    "results": 0.6,
+    "results": 0.5,
     "priorities": 0.4,
 }
 

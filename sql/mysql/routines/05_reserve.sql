@@ -5,7 +5,7 @@
 DELIMITER //
 
 -- pyqueue__reserve_args: the checks queue_reserve and queue_commit_reserve share: n >= 1 (NULL = 1), timeout NULL or
--- positive, worker at most 255 characters, kinds as pyqueue__kinds (out_kinds: normalised). Takes no locks.
+-- positive, worker at most 255 characters, kinds as pyqueue__kinds (out_kinds: normalised). No locks.
 DROP PROCEDURE IF EXISTS pyqueue__reserve_args //
 CREATE PROCEDURE pyqueue__reserve_args(
     IN  in_worker  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -23,12 +23,12 @@ BEGIN
     CALL pyqueue__kinds(in_kinds, out_kinds);
 END //
 
--- pyqueue__candidates: one page of the ready messages of in_queue in the reserve's order (priority DESC,
--- ready_at, id), read WITHOUT locks: at most in_k rows after the keyset position io_* (NULL = from the start;
--- moved to the last row), of priority in_priority only (in_rest FALSE: the ready index) or of every priority up to it
--- (in_rest TRUE: the due index). out_cand: JSON array of [id, attempts, scheduled_at, token, reserved_by, cum,
--- priority, ready_at], cum a running total of result sizes (queue_pop's packet budget; 0 unless in_sizes); out_got its length;
--- out_max_attempts its highest attempts; out_expired how many are past their pyqueue.expires_at header. Needs a large group_concat_max_len (the callers raise it).
+-- pyqueue__candidates: one page of the ready messages of in_queue in the reserve's order (priority DESC, ready_at, id),
+-- read WITHOUT locks: at most in_k rows after the keyset position io_* (NULL = from the start; moved to the last row),
+-- of priority in_priority only (in_rest FALSE: the ready index) or of every priority up to it (in_rest TRUE: the due
+-- index). out_cand: JSON array of [id, attempts, scheduled_at, token, reserved_by, cum, priority, ready_at], cum a
+-- running total of result sizes (queue_pop's packet budget; 0 unless in_sizes); out_got its length; out_max_attempts
+-- its highest attempts; out_expired how many are past their pyqueue.expires_at header. Needs a large group_concat_max_len.
 DROP PROCEDURE IF EXISTS pyqueue__candidates //
 CREATE PROCEDURE pyqueue__candidates(
     IN    in_queue         VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -93,16 +93,15 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__expire: ends message in_id, which a reserve or pop claimed under in_token because its header
--- pyqueue.expires_at has passed (pyqueue__end_claim), as queue_cancel ends a message nobody holds: last_error
--- 'expired at <expires_at>', history outcome 'cancelled', deleted by id and token, a schedule's pending occurrence
--- making way for the next (pyqueue__schedule_next, first, as pyqueue__dead_letter), on a queue that keeps results the
--- outcome 'cancelled' and the messages that wait for it cancelled (pyqueue__result_put). A grouped message: its group
--- row is locked first (with in_nowait SKIP LOCKED: busy, nothing happens and out_done = -1, the caller gives the claim
--- back) and the next message of the group takes its place. In autocommit mode the steps are one transaction of its
--- own. out_done = 1 when it ended, 0 when the claim no longer held. The caller's session hears of an expiry (its JSON
--- appended to @pyqueue_expired, default_week_format set to itself: docs/contract/05_reserve.md). Locks: the message row,
--- the group row, the history, schedule and result rows, until the transaction ends.
+-- pyqueue__expire: ends message in_id, claimed by a reserve or pop under in_token because its header pyqueue.expires_at
+-- has passed (pyqueue__end_claim), as queue_cancel ends a message nobody holds: last_error 'expired at <expires_at>',
+-- history outcome 'cancelled', deleted by id and token, a schedule's pending occurrence making way for the next
+-- (pyqueue__schedule_next, first), with results the outcome 'cancelled' and its waiting messages cancelled
+-- (pyqueue__result_put). A grouped message: its group row locked first (in_nowait: SKIP LOCKED; busy, nothing happens,
+-- out_done = -1, the caller gives the claim back), the group's next message takes its place. In autocommit mode one
+-- transaction of its own. out_done = 1 when it ended, 0 when the claim no longer held. The caller's session hears of
+-- it (JSON appended to @pyqueue_expired, default_week_format set to itself: docs/contract/05_reserve.md). Locks: the
+-- message, group, history, schedule and result rows, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__expire //
 CREATE PROCEDURE pyqueue__expire(
     IN  in_queue  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -202,19 +201,17 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__claim: claims up to in_n ready messages of in_queue (of in_kinds, NULL = any) in the reserve's order, a
--- page of candidates (pyqueue__candidates, 5000) at a time, each page with ONE UPDATE joined to a FOR UPDATE SKIP
--- LOCKED read by id (never a gap, never the ready range) of the candidates still as read. A claimed row gets
--- scheduled_at = in_until and the token derived from in_secret and its id, so a call finds its claims again by id
--- (io_claimed, in order) and token. Reserve (in_pop FALSE): attempts + 1, reserved_by = in_worker; a candidate past
--- its pyqueue.expires_at header (a pop's too) or at attempts >= in_max is claimed under another secret and ended as
--- cancelled or dead-lettered instead (pyqueue__end_claim) (one left alone by
--- pyqueue__dead_letter gets its claim back, pyqueue__unclaim). Pop: attempts and worker stay, and the claims stop
--- before the result would pass max_allowed_packet (at least one). At most 4 priorities are walked on the ready index,
--- then one due-index read covers the rest: the cost follows the ready rows. io_claimed: the candidates of the claimed
--- pages appended as JSON array elements without brackets (start with ''); out_count: rows claimed.
--- Locks: the claimed rows, for one statement each page (or until the caller's transaction ends); rows another session
--- holds are skipped.
+-- pyqueue__claim: claims up to in_n ready messages of in_queue (of in_kinds, NULL = any) in the reserve's order, a page
+-- of candidates (pyqueue__candidates, 5000) at a time, each page with ONE UPDATE joined to a FOR UPDATE SKIP LOCKED
+-- read by id (never a gap, never the ready range) of the candidates still as read. A claimed row gets scheduled_at =
+-- in_until and the token derived from in_secret and its id (found again by id, io_claimed in order, and token).
+-- Reserve (in_pop FALSE): attempts + 1, reserved_by = in_worker; a candidate past its pyqueue.expires_at header (a
+-- pop's too) or at attempts >= in_max is claimed under another secret and ended as cancelled or dead-lettered instead
+-- (pyqueue__end_claim; one pyqueue__dead_letter leaves alone gets its claim back, pyqueue__unclaim). Pop: attempts and
+-- worker stay, and the claims stop before the result would pass max_allowed_packet (at least one). At most 4
+-- priorities are walked on the ready index, then one due-index read covers the rest: the cost follows the ready rows.
+-- io_claimed: the claimed pages' candidates as JSON array elements without brackets (start with ''); out_count: rows
+-- claimed. Locks: the claimed rows, for one statement each page (or until the caller's transaction ends).
 DROP PROCEDURE IF EXISTS pyqueue__claim //
 CREATE PROCEDURE pyqueue__claim(
     IN    in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -348,9 +345,8 @@ BEGIN
 END //
 
 -- pyqueue__claim_one: pyqueue__claim for a reserve of one message, without JSON pages: the same walk over priorities,
--- one candidate at a time, the same claiming statement, tokens and dead-lettering (a few primary-key and range
--- statements instead of building and parsing JSON). io_claimed and out_count as pyqueue__claim. Locks: the claimed
--- row, for one statement (or until the caller's transaction ends).
+-- one candidate at a time, the same claiming statement, tokens and dead-lettering. io_claimed and out_count as
+-- pyqueue__claim. Locks: the claimed row, for one statement (or until the caller's transaction ends).
 DROP PROCEDURE IF EXISTS pyqueue__claim_one //
 CREATE PROCEDURE pyqueue__claim_one(
     IN    in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -468,10 +464,9 @@ BEGIN
     END WHILE;
 END //
 
--- pyqueue__give_back_claims: undoes the claims of one call (the tokens derived from in_secret) of the rows in
--- in_claimed: scheduled_at, token and worker as they were, attempts - 1 unless in_pop; for the error handlers of
--- pyqueue__claim, pyqueue__reserve and queue_pop, so a failing call consumes nothing. Locks: those rows, for one
--- statement.
+-- pyqueue__give_back_claims: undoes the claims of one call (the tokens derived from in_secret) of the rows in in_claimed:
+-- scheduled_at, token and worker as they were, attempts - 1 unless in_pop; for the error handlers of pyqueue__claim,
+-- pyqueue__reserve and queue_pop, so a failing call consumes nothing. Locks: those rows, for one statement.
 DROP PROCEDURE IF EXISTS pyqueue__give_back_claims //
 CREATE PROCEDURE pyqueue__give_back_claims(
     IN in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -494,13 +489,11 @@ BEGIN
     END IF;
 END //
 
--- pyqueue__reserve: queue_reserve on a queue without limits, after its checks: pyqueue__claim (or
--- pyqueue__claim_one), then ONE read of the claims by id and token, in claim order (a claim taken over meanwhile is
--- left out). An error gives the claims back (pyqueue__give_back_claims). Emits the result set. In autocommit mode the
--- claims of a batch (several statements) are one transaction of its own at READ COMMITTED (each read still sees what
--- is committed now), run again whole on a deadlock: MariaDB runs no handler for a deadlock found while a statement
--- waits for a gap lock (a new index entry), so without it such a call failed keeping the claims its earlier
--- statements had committed, under tokens nobody got; now the call fails with nothing claimed.
+-- pyqueue__reserve: queue_reserve on a queue without limits, after its checks: pyqueue__claim (or pyqueue__claim_one),
+-- then ONE read of the claims by id and token, in claim order (a claim taken over meanwhile is left out). An error
+-- gives the claims back (pyqueue__give_back_claims). Emits the result set. In autocommit mode the claims of a batch are
+-- one transaction of its own at READ COMMITTED, run again whole on a deadlock (MariaDB runs no handler for a deadlock
+-- found while a statement waits for a gap lock: the call failed keeping the claims its earlier statements had made).
 DROP PROCEDURE IF EXISTS pyqueue__reserve //
 CREATE PROCEDURE pyqueue__reserve(
     IN in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -618,23 +611,20 @@ BEGIN
 END //
 
 -- pyqueue__claim_short_batch: the short way of queue_reserve for a batch (in_n from 2 to 5000), inside the caller's
--- transaction at READ COMMITTED (no gap locks: a push never waits for it): the oldest in_n ready messages of priority 0
--- of in_queue that no other transaction holds, claimed by ONE UPDATE by id: scheduled_at = now + (in_timeout, else
--- in_vis), attempts + 1, reserved_by = in_worker, and the token pyqueue__claim derives from in_secret and the id
--- (unguessable, distinct per row; the caller reads the claims back by id and token). The candidates: a plain read of
--- ids on the ready index (covering: no row is visited), with a probe for any message below priority 0; then ONE
--- locking read of them by primary key, FOR UPDATE SKIP LOCKED (concurrent reserves take different messages), which
--- re-checks each on its newest version (one claimed meanwhile is no longer ready). While some were skipped, the next
--- candidates after the last one go the same way, until in_n are held or none is left. (Not one locking read on the
--- ready index: it checks for locks every entry it passes, the delete-marked ones that claims and commits leave there
--- until purge too, and measured slower than the general way.) Against pyqueue__claim it builds no JSON list of
--- candidates and parses only ids. out_ids: a JSON array of the claimed ids in FIFO order (ready_at, id);
--- out_count: how many (0: nothing ready at priority 0, the whole answer when nothing lies below it); NULL, with nothing
--- claimed, when the short way does not cover the call: a message below priority 0 (the walk over priorities is the
--- general way's) or a candidate due for dead-lettering or past its pyqueue.expires_at header (the caller rolls back;
--- the general way takes them). Needs a
--- group_concat_max_len of 20 * in_n + 2 (the caller raises it). Locks: the claimed rows, until the caller's
--- transaction ends.
+-- transaction at READ COMMITTED (no gap locks: a push never waits for it): the first in_n ready messages (priority
+-- DESC, ready_at, id; in_above: any lies above priority 0) of in_queue that no other transaction holds, claimed by ONE
+-- UPDATE by id: scheduled_at = now + (in_timeout, else in_vis), attempts + 1, reserved_by = in_worker, and the token
+-- pyqueue__claim derives from in_secret and the id (the caller reads the claims back by id and token). A priority at
+-- a time from the top one: a plain read of ids on the ready index (covering: no row is visited), with a probe for any
+-- message below priority 0; then ONE locking read of them by primary key, FOR UPDATE SKIP LOCKED, which re-checks each
+-- on its newest version; while some were skipped, the next ones after the last; read to its end, the next priority
+-- down (one probe of the index) from its start, down to 0; after 4 priorities that gave nothing (delayed or held
+-- messages), the general way, whose walk reads the due index past 4 steps. (Not one locking read on the index: it checks for
+-- locks every entry it passes, the delete-marked ones too, and measured slower than the general way.) No JSON list
+-- of candidates is built, only ids parsed. out_ids: a JSON array of the claimed ids in order; out_count: how many (0:
+-- nothing ready); NULL, with nothing claimed, when the short way does not cover the call: a message below priority 0
+-- or a candidate due for dead-lettering or past its pyqueue.expires_at header (the caller rolls back; the general way
+-- takes them). Needs a group_concat_max_len of 20 * in_n + 2. Locks: the claimed rows, until the transaction ends.
 DROP PROCEDURE IF EXISTS pyqueue__claim_short_batch //
 CREATE PROCEDURE pyqueue__claim_short_batch(
     IN  in_queue   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -643,6 +633,7 @@ CREATE PROCEDURE pyqueue__claim_short_batch(
     IN  in_timeout DECIMAL(20,6),
     IN  in_vis     DECIMAL(20,6),
     IN  in_max     INT,
+    IN  in_above   BOOLEAN,
     IN  in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
     OUT out_ids    LONGTEXT CHARACTER SET utf8mb4,
     OUT out_count  INT)
@@ -652,6 +643,8 @@ BEGIN
     DECLARE v_at DATETIME(6) DEFAULT NULL;
     DECLARE v_id BIGINT DEFAULT NULL;
     DECLARE v_k, v_got, v_held, v_att, v_max_att INT;
+    DECLARE v_pr, v_taken, v_empty INT DEFAULT 0;
+    DECLARE v_step, v_marked BOOLEAN DEFAULT FALSE;
     DECLARE v_below BOOLEAN;
     DECLARE v_exp, v_any_exp BOOLEAN DEFAULT FALSE;
     DECLARE v_clock VARCHAR(27) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
@@ -660,32 +653,35 @@ BEGIN
     DECLARE v_first_at, v_t0 DATETIME(6);
     DECLARE v_from BOOLEAN DEFAULT FALSE;
     SET out_ids = '', out_count = 0, v_max_att = 0;
-    -- Where the candidates' read starts. From the queue's start, it steps over every delete-marked entry of priority 0
-    -- that purge has not removed yet (all since the oldest open read view: a report's snapshot held for minutes leaves
-    -- hundreds of thousands). So the session keeps the first candidate it last found (@pyqueue__ready_queue: database
-    -- and queue, _at, _id) and reads from there; from the start again when the read from there finds fewer than in_n
-    -- (before anything is locked) or once @pyqueue__ready_full has passed: 20 times what the last read from the start
-    -- took, at most 60 s, after it (so those reads take at most a twenty-first of a busy session's time, however long
-    -- the view is held: they grow with it, past 250 ms only under one held for minutes at full churn). A message that
-    -- lands before the mark (a run_at in the past, a push committed late) waits for that read from the start. A
-    -- time further than 60 s ahead was not set here (the session wrote it): not live.
-    IF @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue)
-       AND @pyqueue__ready_full BETWEEN v_now AND v_now + INTERVAL 60 SECOND THEN
-        SET v_from = TRUE, v_at = @pyqueue__ready_at, v_id = @pyqueue__ready_id - 1;
+    -- Where the candidates' read starts. From a priority's start, it steps over every delete-marked entry there that
+    -- purge has not removed yet (all since the oldest open read view: a snapshot held for minutes leaves hundreds of
+    -- thousands). So the session keeps the first candidate it last found (@pyqueue__ready_queue: database and queue,
+    -- _priority: the first priority with a ready message, _at, _id) and reads from there while nothing is locked yet;
+    -- from the start again when that finds fewer than wanted, or once @pyqueue__ready_full has passed: 20 times what
+    -- the last read from the start took, at most 60 s, after it (so those reads take at most a twenty-first of a busy
+    -- session's time). A message that lands before the mark (a run_at in the past, a push committed late) waits for
+    -- that read from the start. A time further than 60 s ahead was not set here: not live.
+    IF in_above THEN
+        SELECT MAX(m.priority) INTO v_pr FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
+         WHERE m.queue_name = in_queue;
     END IF;
     pages: LOOP
-        SET v_k = in_n - out_count, v_t0 = UTC_TIMESTAMP(6);
-        -- (the probe reads the ready index down from the start of priority 0: one entry, the queue's last below 0 or
-        -- another queue's. Read up from the queue's start, it stepped over every delete-marked entry of priority 0
-        -- that an open read view keeps from purge: InnoDB skips those before the end of the range is checked. A
-        -- scalar subquery, not EXISTS: inside EXISTS the optimizer drops ORDER BY ... LIMIT and reads up.)
+        IF v_id IS NULL AND NOT v_step AND out_count = 0 AND COALESCE(@pyqueue__ready_priority, 0) = v_pr
+           AND @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue)
+           AND @pyqueue__ready_full BETWEEN v_now AND v_now + INTERVAL 60 SECOND THEN
+            SET v_from = TRUE, v_at = @pyqueue__ready_at, v_id = @pyqueue__ready_id - 1;
+        END IF;
+        SET v_k = in_n - out_count, v_t0 = UTC_TIMESTAMP(6), v_step = TRUE;
+        -- (the probe reads the ready index down from the start of priority 0: one entry. Read up, it stepped over every
+        -- delete-marked entry of priority 0 an open read view keeps from purge. A scalar subquery, not EXISTS: inside
+        -- EXISTS the optimizer drops ORDER BY ... LIMIT and reads up.)
         SELECT COUNT(*), GROUP_CONCAT(d.id ORDER BY d.ready_at, d.id SEPARATOR ','), MAX(d.ready_at), MIN(d.ready_at),
                (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_order_idx)
                  WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
           INTO v_got, v_cand, v_at, v_first_at, v_below
           FROM (SELECT m.id, m.ready_at
                   FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
-                 WHERE m.queue_name >= in_queue AND m.queue_name <= in_queue AND m.priority >= 0 AND m.priority <= 0
+                 WHERE m.queue_name >= in_queue AND m.queue_name <= in_queue AND m.priority >= v_pr AND m.priority <= v_pr
                    AND m.ready_at <= v_now AND m.scheduled_at <= v_now  -- (a leased row: in the range, its lease's end not)
                    AND (v_id IS NULL OR m.ready_at > v_at OR (m.ready_at = v_at AND m.id > v_id))
                  ORDER BY m.queue_name, m.priority, m.ready_at, m.id
@@ -699,28 +695,41 @@ BEGIN
             SET @pyqueue__ready_full = UTC_TIMESTAMP(6) + INTERVAL LEAST(60000000,
                     20 * TIMESTAMPDIFF(MICROSECOND, v_t0, UTC_TIMESTAMP(6))) MICROSECOND;
         END IF;
-        IF (v_id IS NULL OR v_from) AND v_got > 0 THEN  -- the first candidate: the mark
+        IF (v_id IS NULL OR v_from) AND v_got > 0 AND NOT v_marked THEN  -- the first candidate: the mark
             SET @pyqueue__ready_queue = CONCAT(DATABASE(), '.', in_queue), @pyqueue__ready_at = v_first_at,
-                @pyqueue__ready_id = CAST(SUBSTRING_INDEX(v_cand, ',', 1) AS SIGNED), v_from = FALSE;
+                @pyqueue__ready_id = CAST(SUBSTRING_INDEX(v_cand, ',', 1) AS SIGNED), @pyqueue__ready_priority = v_pr,
+                v_marked = TRUE;
         END IF;
-        IF v_got = 0 THEN LEAVE pages; END IF;
-        SET v_id = SUBSTRING_INDEX(v_cand, ',', -1);  -- the last candidate (v_at: its ready_at)
-        SELECT COUNT(*), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ','), COALESCE(MAX(c.expired), 0)
-          INTO v_held, v_att, v_ids, v_exp
-          FROM (SELECT j.ord, x.id, x.attempts, COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
-                                    AND JSON_UNQUOTE(JSON_EXTRACT(x.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS expired
-                  FROM JSON_TABLE(CONCAT('[', v_cand, ']'), '$[*]' COLUMNS (
-                           ord  FOR ORDINALITY,
-                           c_id BIGINT PATH '$')) AS j
-                  STRAIGHT_JOIN pyqueue_message x FORCE INDEX (PRIMARY) ON x.id = j.c_id
-                 WHERE x.queue_name = in_queue AND x.priority = 0 AND x.scheduled_at <= v_now
-                 LIMIT 18446744073709551615  -- materialised (its rows locked as read), on MySQL too
-                   FOR UPDATE SKIP LOCKED) AS c;
-        IF v_held > 0 THEN
-            SET out_ids = CONCAT(out_ids, IF(out_ids = '', '', ','), v_ids),
-                out_count = out_count + v_held, v_max_att = GREATEST(v_max_att, v_att), v_any_exp = v_any_exp OR v_exp;
+        SET v_from = FALSE;
+        IF v_got > 0 THEN
+            SET v_id = SUBSTRING_INDEX(v_cand, ',', -1);  -- the last candidate (v_at: its ready_at)
+            SELECT COUNT(*), MAX(c.attempts), GROUP_CONCAT(c.id ORDER BY c.ord SEPARATOR ','), COALESCE(MAX(c.expired), 0)
+              INTO v_held, v_att, v_ids, v_exp
+              FROM (SELECT j.ord, x.id, x.attempts, COALESCE(x.headers IS NOT NULL AND x.dead_from IS NULL
+                                        AND JSON_UNQUOTE(JSON_EXTRACT(x.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS expired
+                      FROM JSON_TABLE(CONCAT('[', v_cand, ']'), '$[*]' COLUMNS (
+                               ord  FOR ORDINALITY,
+                               c_id BIGINT PATH '$')) AS j
+                      STRAIGHT_JOIN pyqueue_message x FORCE INDEX (PRIMARY) ON x.id = j.c_id
+                     WHERE x.queue_name = in_queue AND x.priority = v_pr AND x.scheduled_at <= v_now
+                     LIMIT 18446744073709551615  -- materialised (its rows locked as read), on MySQL too
+                       FOR UPDATE SKIP LOCKED) AS c;
+            IF v_held > 0 THEN
+                SET out_ids = CONCAT(out_ids, IF(out_ids = '', '', ','), v_ids),
+                    out_count = out_count + v_held, v_max_att = GREATEST(v_max_att, v_att), v_any_exp = v_any_exp OR v_exp;
+            END IF;
         END IF;
-        IF out_count >= in_n OR v_got < v_k THEN LEAVE pages; END IF;
+        IF out_count >= in_n THEN LEAVE pages; END IF;
+        IF v_got < v_k THEN  -- this priority read to its end: the next one down, from its start (not below 0)
+            SET v_empty = v_empty + (out_count = v_taken), v_taken = out_count;
+            IF v_pr <= 0 THEN LEAVE pages; END IF;
+            IF v_empty >= 4 THEN SET v_below = TRUE; LEAVE pages; END IF;  -- 4 gave nothing: the general way's walk
+            SET v_pr = (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_order_idx)
+                         WHERE b.queue_name = in_queue AND b.priority < v_pr AND b.priority >= 0
+                         ORDER BY b.priority DESC LIMIT 1);
+            IF v_pr IS NULL THEN LEAVE pages; END IF;
+            SET v_at = NULL, v_id = NULL, v_step = FALSE;
+        END IF;
     END LOOP;
     SET out_ids = CONCAT('[', out_ids, ']');
     IF v_below OR (in_max IS NOT NULL AND v_max_att >= in_max) OR v_any_exp THEN
@@ -1167,8 +1176,7 @@ BEGIN
 END //
 
 -- pyqueue__pop_unclaim_busy: queue_pop's claims (in_claimed, made with in_secret) of the group heads whose group rows
--- were busy (in_busy, a JSON array of ids) go back as they were (scheduled_at and token). Locks: those rows, for the
--- statement (or until the caller's transaction ends).
+-- were busy (in_busy, a JSON array of ids) go back as they were. Locks: those rows, for the statement (or transaction).
 DROP PROCEDURE IF EXISTS pyqueue__pop_unclaim_busy //
 CREATE PROCEDURE pyqueue__pop_unclaim_busy(
     IN in_secret  CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1344,12 +1352,12 @@ END //
 -- expired reservation was its last allowed delivery is dead-lettered instead (a busy group head is left for a later
 -- reserve: a reserve never waits). Result: (p_key, p_kind, payload, token, priority, attempts, created_at,
 -- scheduled_at_initially, headers), empty when nothing is ready or the queue is paused. Ways (docs/contract/05_reserve.md):
--- one message of a plain queue in a few statements (below); a batch of up to 5000 at priority 0 by id
--- (pyqueue__claim_short_batch), with one limit or a queue-wide rate set-based (pyqueue__claim_limited_batch), with other
--- limits a candidate at a time (pyqueue__reserve_limited), else pages read without locks and each claimed by one UPDATE
--- joined to a SKIP LOCKED read by id (pyqueue__reserve): never handed out twice. In autocommit mode a batch's claims are
--- one transaction of their own. Locks: the claimed rows until the call (or the caller's transaction) ends; a REPEATABLE
--- READ transaction that already read pyqueue_message sees messages pushed since in its next transaction.
+-- one message of a plain queue in a few statements (below); a batch of up to 5000 by id (pyqueue__claim_short_batch),
+-- with one limit or a queue-wide rate set-based (pyqueue__claim_limited_batch), with other limits a candidate at a
+-- time (pyqueue__reserve_limited), else pages read without locks, each claimed by one UPDATE joined to a SKIP LOCKED
+-- read by id (pyqueue__reserve): never handed out twice. In autocommit mode a batch's claims are one transaction of
+-- their own. Locks: the claimed rows until the call (or the caller's transaction) ends; a REPEATABLE READ transaction
+-- that already read pyqueue_message sees messages pushed since in its next transaction.
 DROP PROCEDURE IF EXISTS queue_reserve //
 CREATE PROCEDURE queue_reserve(
     IN in_queue   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1381,11 +1389,9 @@ BEGIN
         SET v_checked = TRUE;
     END IF;
     SET v_queue = in_queue;
-    -- settings, limits and whether any message has a priority above 0: ONE plain read (a subquery of IF would be a
-    -- locking read, waiting for a limit being set). (Not MAX(priority): the end of a queue's range in the ready index
-    -- is where claims insert and commits leave deleted entries until purge; whether any entry lies above priority 0
-    -- is one probe past that range.) Limits and rates of kinds the call does not take do not count: a reserve of
-    -- kinds without either goes the general way, as on a queue without limits, and takes no slot lock.
+    -- settings, limits and whether any message has a priority above 0 (one probe, not MAX): ONE plain read (a
+    -- subquery of IF would be a locking read, waiting for a limit being set). Limits and rates of kinds the call does
+    -- not take do not count: a reserve of other kinds goes the general way, as on a queue without limits.
     SELECT COUNT(*), MAX(q.visibility_timeout), MAX(q.max_attempts), MAX(q.dead_letter_queue), MAX(q.paused),
            EXISTS (SELECT 1 FROM pyqueue_limit l
                     WHERE l.queue_name = v_queue AND (v_kinds IS NULL OR JSON_CONTAINS(v_kinds, JSON_QUOTE(l.p_kind))))
@@ -1401,21 +1407,18 @@ BEGIN
     IF in_timeout > v_maxres THEN CALL pyqueue__check_reservation_cap(in_timeout, v_maxres); END IF;
     /*M!100300 SET v_own = 1 - @@SESSION.in_transaction; */  -- as pyqueue__own_transaction(FALSE), inline
     IF @@SESSION.autocommit = 0 THEN SET v_own = 0; END IF;
-    -- In a SERIALIZABLE session the reads below are locking reads, which can deadlock between two claims: in
-    -- autocommit mode (MariaDB; on MySQL 8.0 the client opens it) the call is then one transaction of its own, and
-    -- a failure keeps none of its claims.
+    -- In a SERIALIZABLE session the reads below are locking reads, which can deadlock between two claims: in autocommit
+    -- mode (MariaDB; on MySQL 8.0 the client opens it) the call is one transaction of its own, a failure keeps none.
     /*M!100300 IF v_own = 1 AND @@SESSION.tx_isolation = 'SERIALIZABLE' THEN
         START TRANSACTION;
         SET v_txn = 1, v_own = 0;
     END IF; */
     IF v_own = 1 AND v_checked IS NULL AND COALESCE(in_n, 1) = 1 AND NOT v_paused AND NOT v_limited
        AND NOT v_above THEN
-        -- One message in autocommit mode from a queue whose messages have priority 0 (or less), the common case, in
-        -- as few statements as it takes (each statement of a procedure costs MariaDB about as much as a small query),
-        -- in a transaction of its own: the oldest ready message of priority 0 that no other call holds (SKIP LOCKED:
-        -- concurrent reserves take different messages instead of racing for the oldest), claimed with a random
-        -- token of its own, then read back. Anything else (nothing ready at priority 0, a message due for
-        -- dead-lettering, a deadlock) goes the general way below, which walks every priority.
+        -- One message in autocommit mode, nothing above priority 0, in as few statements as it takes (each costs about
+        -- a small query), in a transaction of its own: the oldest ready message of priority 0 that no other call holds
+        -- (SKIP LOCKED), claimed with a random token, read back. Anything else (nothing ready at priority 0, a message
+        -- due for dead-lettering, a deadlock) goes the general way below, which walks every priority.
         BEGIN
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET v_claims = 0; END;
             SET v_claims = 0;
@@ -1433,16 +1436,13 @@ BEGIN
         END IF;
     END IF;
     IF v_own = 1 AND v_checked IS NULL AND COALESCE(in_n, 1) BETWEEN 2 - v_limited AND 5000 AND NOT v_paused
-       AND NOT v_above THEN  -- (with limits or rates, from 1: pyqueue__claim_limited_batch)
-        -- A batch in autocommit mode from a queue whose messages have priority 0, the same way in a few statements
-        -- (pyqueue__claim_short_batch: a plain read of the oldest ready ids, a locking read of them by id, one UPDATE
-        -- by id; the general way reads the candidates with all it re-checks as JSON, claims them by one UPDATE joined
-        -- to a SKIP LOCKED read of them, and parses them all again to read back), in a transaction of its own at
-        -- READ COMMITTED (no gap locks: pushes never wait for it), then read back by id and token in FIFO order.
-        -- Fewer than in_n is the whole answer (a candidate another call holds is replaced by the next ones; nothing
-        -- lies below priority 0). Anything else (a message below priority 0, one due for dead-lettering, a deadlock,
-        -- any error) rolls back and goes the general way below. At most 5000: the general way's page, which keeps
-        -- the UPDATE's buffer of changed rows in memory.
+       AND NOT (v_above AND v_limited) THEN  -- (with limits or rates, from 1 and priority 0: pyqueue__claim_limited_batch)
+        -- A batch in autocommit mode, nothing below priority 0 (pyqueue__claim_short_batch: plain reads of the ready ids
+        -- a priority at a time from the top, a locking read of them by id, one UPDATE by id; the general way reads the
+        -- candidates as JSON, claims them by one UPDATE joined to a SKIP LOCKED read, parses them again to read back),
+        -- in a transaction of its own at READ COMMITTED (no gap locks), read back by id and token in its order. Fewer
+        -- than in_n is the whole answer. Anything else (a message below priority 0, one due for dead-lettering, any
+        -- error) rolls back and goes the general way below. At most 5000: the general way's page.
         BEGIN
             DECLARE EXIT HANDLER FOR SQLEXCEPTION
             BEGIN
@@ -1461,8 +1461,8 @@ BEGIN
             IF v_limited THEN
                 CALL pyqueue__claim_limited_batch(v_queue, in_worker, COALESCE(in_n, 1), in_timeout, v_vis, v_max,
                                                   v_secret, v_ids, v_claims);
-            ELSE CALL pyqueue__claim_short_batch(v_queue, in_worker, in_n, in_timeout, v_vis, v_max, v_secret, v_ids,
-                                                 v_claims);
+            ELSE CALL pyqueue__claim_short_batch(v_queue, in_worker, in_n, in_timeout, v_vis, v_max, v_above, v_secret,
+                                                 v_ids, v_claims);
             END IF;
             IF v_claims IS NULL THEN ROLLBACK; ELSE COMMIT; END IF;
             IF v_gcl IS NOT NULL THEN SET SESSION group_concat_max_len = v_gcl; END IF;

@@ -297,9 +297,10 @@ BEGIN
 END //
 
 -- pyqueue__commit_batch_locate: the rows the arrays name whose tokens still hold, read in one statement: out_ids, those
--- not in a FIFO group (out_found of them, out_occs of which a schedule's occurrence) as [id, token, is an occurrence,
--- p_key, p_kind, element number]; out_grouped, the others, as [id, p_key, p_kind, token, group_key, result] (result:
--- element i of in_results, or NULL). in_gcl: the session's group_concat_max_len, put back. Locks nothing.
+-- not in a FIFO group (out_found of them, out_occs of which a schedule's occurrence) as [id, token, is an occurrence
+-- (1 or 0), element number]; out_grouped (NULL: none), the others, as [id, p_key, p_kind, token, group_key, result]
+-- (result: element i of in_results, or NULL), read again by id and token as found only when there are any. in_gcl:
+-- the session's group_concat_max_len, put back. Locks nothing.
 DROP PROCEDURE IF EXISTS pyqueue__commit_batch_locate //
 CREATE PROCEDURE pyqueue__commit_batch_locate(
     IN  in_queue    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -314,23 +315,23 @@ CREATE PROCEDURE pyqueue__commit_batch_locate(
     OUT out_grouped LONGTEXT CHARACTER SET utf8mb4)
 SQL SECURITY INVOKER
 BEGIN
-    SET SESSION group_concat_max_len = GREATEST(in_gcl, @@max_allowed_packet);
-    -- [id, token, is a schedule's occurrence, p_key, p_kind, element number]; kinds and tokens joined on ord
-    -- through narrow materialised derived tables (a kind as its MD5); grouped ones apart: [id, p_key, p_kind,
-    -- token, group_key, result]
-    SELECT COALESCE(SUM(m.group_key IS NULL), 0),
+    DECLARE v_all INT;
+    DECLARE v_grouped LONGTEXT CHARACTER SET utf8mb4;
+    SET SESSION group_concat_max_len = GREATEST(in_gcl, @@max_allowed_packet), out_grouped = NULL;
+    -- [id, token, is a schedule's occurrence, element number], written by CONCAT (a token holds hex digits and dashes
+    -- only), and the grouped ones' [id, token, element number]: GROUP_CONCAT keeps its arguments in a temporary table,
+    -- which for a JSON_ARRAY (a LONGTEXT) is a table on disk, a file created and removed each call. Kinds and tokens
+    -- joined on ord through narrow materialised derived tables (a kind as its MD5).
+    SELECT COALESCE(SUM(m.group_key IS NULL), 0), COUNT(*),
            CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL,
-                                       JSON_ARRAY(m.id, m.reserve_token, m.p_key LIKE '%@____-__-__T__:__:__Z',
-                                                  m.p_key, m.p_kind, k.ord),
+                                       CONCAT('[', m.id, ',"', m.reserve_token, '",',
+                                              IF(m.p_key LIKE '%@____-__-__T__:__:__Z', 1, 0), ',', k.ord, ']'),
                                        NULL)
                                     SEPARATOR ','), ']'),
            SUM(m.group_key IS NULL AND m.p_key LIKE '%@____-__-__T__:__:__Z'),
-           CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL,
-                                       JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key,
-                                                  IF(in_results IS NULL, NULL,
-                                                     JSON_EXTRACT(in_results, CONCAT('$[', k.ord - 1, ']')))))
+           CONCAT('[', GROUP_CONCAT(IF(m.group_key IS NULL, NULL, CONCAT('[', m.id, ',"', m.reserve_token, '",', k.ord, ']'))
                                     SEPARATOR ','), ']')
-      INTO out_found, out_ids, out_occs, out_grouped
+      INTO out_found, v_all, out_ids, out_occs, v_grouped
       FROM JSON_TABLE(in_keys, '$[*]' COLUMNS (
                ord FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS k
       STRAIGHT_JOIN (SELECT j.ord, UNHEX(MD5(j.kd)) AS h FROM JSON_TABLE(in_kinds, '$[*]' COLUMNS (
@@ -343,6 +344,17 @@ BEGIN
         ON m.queue_name = in_queue AND m.p_key = k.k COLLATE utf8mb4_bin
        AND UNHEX(MD5(m.p_kind)) = d.h
        AND m.reserve_token = CONVERT(t.t USING utf8mb4) COLLATE utf8mb4_bin;
+    IF v_all > out_found THEN  -- messages of FIFO groups, by id and token as found: [id, p_key, p_kind, token, group_key, result]
+        SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.p_key, m.p_kind, m.reserve_token, m.group_key,
+                                                   IF(in_results IS NULL, NULL,
+                                                      JSON_EXTRACT(in_results, CONCAT('$[', g.ord - 1, ']'))))
+                                        SEPARATOR ','), ']')
+          INTO out_grouped
+          FROM JSON_TABLE(v_grouped, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]', ord BIGINT PATH '$[2]')) AS g
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = g.c_id
+         WHERE m.reserve_token = g.c_token;
+    END IF;
     SET SESSION group_concat_max_len = in_gcl;
 END //
 
@@ -370,6 +382,8 @@ BEGIN
     DECLARE v_i, v_held INT DEFAULT 0;
     DECLARE v_nocc INT DEFAULT in_occs;
     DECLARE v_deps LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     IF in_history OR in_keep_results THEN
         -- the rows still held, locked before they are archived: no other call removes one in between
         SELECT COUNT(*) INTO v_i
@@ -380,8 +394,21 @@ BEGIN
            FOR UPDATE;
         SET v_i = 0;
     END IF;
-    IF in_keep_results THEN
-        -- their outcomes; each result joined by element number through a materialised derived table
+    IF in_keep_results AND REPLACE(REPLACE(REPLACE(COALESCE(in_results, '[]'), 'null', ''), ',', ''), ' ', '') = '[]' THEN
+        -- their outcomes, every result null (a valid array of nothing else: handlers that return nothing): no join
+        INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts,
+                                    progress, finished_at)
+        SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded', NULL, NULL, m.attempts, m.progress, in_now
+          FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+         WHERE m.queue_name = in_queue AND m.reserve_token = c.c_token
+        ON DUPLICATE KEY UPDATE state = VALUES(state), result = VALUES(result),
+                                last_error = VALUES(last_error), attempts = VALUES(attempts),
+                                progress = VALUES(progress), finished_at = VALUES(finished_at);
+    ELSEIF in_keep_results THEN
+        -- their outcomes; each result joined by element number through a materialised derived table (its JSON
+        -- column makes it a table on disk: a file created and removed each call)
         INSERT INTO pyqueue_result (queue_name, p_key, p_kind, state, result, last_error, attempts,
                                     progress, finished_at)
         SELECT m.queue_name, m.p_key, m.p_kind, 'succeeded',
@@ -389,7 +416,7 @@ BEGIN
                NULL, m.attempts, m.progress, in_now
           FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
                    c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                   c_ord BIGINT PATH '$[5]')) AS c
+                   c_ord BIGINT PATH '$[3]')) AS c
           STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
           LEFT JOIN (SELECT j.ord, j.elem FROM JSON_TABLE(COALESCE(in_results, '[]'), '$[*]' COLUMNS (
                          ord FOR ORDINALITY, elem JSON PATH '$')) AS j
@@ -415,41 +442,46 @@ BEGIN
         IF JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][2]')) = 1 THEN
             -- the next one only while the token holds it, read under the message's lock (the read that found it
             -- took none: a reserver that took an expired reservation over since made it stale; it pushes nothing)
-            SELECT COUNT(*) INTO v_held FROM pyqueue_message m FORCE INDEX (PRIMARY)
+            SELECT COUNT(*), MAX(m.p_key), MAX(m.p_kind) INTO v_held, v_key, v_kind FROM pyqueue_message m FORCE INDEX (PRIMARY)
              WHERE m.id = JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][0]'))
                AND m.reserve_token = JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][1]')))
                FOR UPDATE;
-            IF v_held = 1 THEN
-                CALL pyqueue__schedule_next(in_queue,
-                    JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][3]'))),
-                    JSON_UNQUOTE(JSON_EXTRACT(in_ids, CONCAT('$[', v_i, '][4]'))));
-            END IF;
+            IF v_held = 1 THEN CALL pyqueue__schedule_next(in_queue, v_key, v_kind); END IF;
             SET v_nocc = v_nocc - 1;
         END IF;
         SET v_i = v_i + 1;
     END WHILE;
+    IF in_keep_results THEN
+        -- the messages deleted below that others wait for (a parent's queue keeps results): one locking probe of
+        -- pyqueue_dependency per message, counted; the list (a JSON GROUP_CONCAT, its buffer a table on disk) only
+        -- when one has parents or children. The rows are locked: the DELETE removes each one read here.
+        SELECT COUNT(*) INTO v_held
+          FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                   c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+          STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+          STRAIGHT_JOIN pyqueue_dependency d ON d.queue_name = in_queue AND d.p_key = m.p_key AND d.p_kind = m.p_kind
+         WHERE m.reserve_token = c.c_token
+          LOCK IN SHARE MODE;
+        IF v_held > 0 THEN
+            SET SESSION group_concat_max_len = GREATEST(in_gcl, @@max_allowed_packet);
+            SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(d.p_key, d.p_kind) SEPARATOR ','), ']')
+              INTO v_deps
+              FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                       c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
+              STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
+              STRAIGHT_JOIN pyqueue_dependency d ON d.queue_name = in_queue AND d.p_key = m.p_key AND d.p_kind = m.p_kind
+             WHERE m.reserve_token = c.c_token
+              LOCK IN SHARE MODE;
+            SET SESSION group_concat_max_len = in_gcl;
+        END IF;
+    END IF;
     DELETE m
       FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
                c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS c
       STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
      WHERE m.reserve_token = c.c_token;
     SET out_done = ROW_COUNT();
-    IF in_keep_results THEN
-        -- the messages that wait for the ones deleted (a parent's queue keeps results): one locking probe
-        -- of pyqueue_dependency per message, which finds nothing for a message without parents or children
-        SET v_deps = NULL, SESSION group_concat_max_len = GREATEST(in_gcl, @@max_allowed_packet);
-        SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(d.p_key, d.p_kind) SEPARATOR ','), ']')
-          INTO v_deps
-          FROM JSON_TABLE(in_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
-                   c_k  VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
-                   c_kd VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]')) AS c
-          STRAIGHT_JOIN pyqueue_dependency d
-            ON d.queue_name = in_queue AND d.p_key = c.c_k AND d.p_kind = c.c_kd
-         WHERE NOT EXISTS (SELECT 1 FROM pyqueue_message m WHERE m.id = c.c_id)
-          LOCK IN SHARE MODE;
-        SET SESSION group_concat_max_len = in_gcl;
-        CALL pyqueue__deps_left_many(in_queue, v_deps, TRUE, NULL);
-    END IF;
+    IF v_deps IS NOT NULL THEN CALL pyqueue__deps_left_many(in_queue, v_deps, TRUE, NULL); END IF;
 END //
 
 -- pyqueue__commit_batch: queue_commit_batch and queue_commit_result_batch: commits many reservations; in_keys, in_kinds,

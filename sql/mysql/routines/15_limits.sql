@@ -347,7 +347,8 @@ BEGIN
     DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids, v_latts LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_lim_ids, v_lim_atts LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
     DECLARE v_full, v_marked, v_mixed BOOLEAN DEFAULT FALSE;
-    DECLARE v_after INT;
+    DECLARE v_after, v_first, v_hi, v_lo2, v_hi2 INT;
+    DECLARE v_ucsv LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_t0 DATETIME(6);
     DECLARE v_mkey LONGTEXT CHARACTER SET utf8mb4;
     SET out_ids = '', out_count = 0;
@@ -452,11 +453,18 @@ BEGIN
             IF ROW_COUNT() <> v_lused THEN SET out_ids = NULL, out_count = NULL; END IF;  -- (never: slots locked)
         END IF;
         IF out_count > 0 AND v_unit_list IS NOT NULL THEN  -- the units used, written with the reservation's time
-            UPDATE JSON_TABLE(v_unit_list, '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
-              STRAIGHT_JOIN pyqueue_rate_slot s FORCE INDEX (PRIMARY)
-                ON s.queue_name = in_queue AND s.p_kind = '' AND s.slot_no = j.u
-               SET s.used_at = v_now
+            -- (by ranges of the primary key, the list a filter: joined to the list, the rows to update went to a temporary
+            -- table keyed by the long primary key, on disk. The list ascends from the unit the session took last, then from
+            -- the first: two ranges; a unit in one but not in the list is left as it is, at READ COMMITTED not waited for.)
+            SET v_ucsv = REPLACE(REPLACE(REPLACE(v_unit_list, '[', ''), ']', ''), ' ', ''), v_first = JSON_EXTRACT(v_unit_list, '$[0]');
+            SELECT MAX(IF(j.u >= v_first, j.u, NULL)), MIN(IF(j.u < v_first, j.u, NULL)), MAX(IF(j.u < v_first, j.u, NULL))
+              INTO v_hi, v_lo2, v_hi2 FROM JSON_TABLE(v_unit_list, '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
              WHERE j.o <= out_count;
+            UPDATE pyqueue_rate_slot s FORCE INDEX (PRIMARY)
+               SET s.used_at = v_now
+             WHERE s.queue_name = in_queue AND s.p_kind = ''
+               AND (s.slot_no BETWEEN v_first AND v_hi OR s.slot_no BETWEEN v_lo2 AND v_hi2)
+               AND FIND_IN_SET(s.slot_no, v_ucsv) BETWEEN 1 AND out_count;
         END IF;
     END IF;
 END //
