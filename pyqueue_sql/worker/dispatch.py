@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -265,6 +266,12 @@ class ReserveLoop:
         # hold those back too
         self.unlimited_seen: set[str] = set()
         self.unlimited_of: dict[str, dict[str, int]] = self.state.limits
+        # messages asked for by reserves under way, by queue: the reserve loop's and the completer's
+        # refill (refill_steps) run at once on two threads, and what one is taking is in neither's
+        # holdings until it returns; each counts the other's ask as held (free, limit_room), so
+        # that together they never ask for more than the handlers and a limit's slots leave
+        self.asking: dict[str, int] = {}
+        self._asking_lock = threading.Lock()
 
     def dispatch_failed(self, exc: BaseException, backoff: float) -> float:
         """Logs a non-connection error of the reserve loop; returns the back-off after this one."""
@@ -304,7 +311,12 @@ class ReserveLoop:
     def free(self) -> int:
         """How many more messages the worker may hold: its handlers and its prefetch (and, with
         max_jobs, no more than it has left to take)."""
-        free = self.settings.concurrency + self.prefetch_now() - len(self.worker._jobs())
+        free = (
+            self.settings.concurrency
+            + self.prefetch_now()
+            - len(self.worker._jobs())
+            - sum(self.asking.values())
+        )
         if self.settings.max_jobs is not None:
             free = min(free, self.settings.max_jobs - self.state.stats.reserved)
         return free
@@ -388,7 +400,7 @@ class ReserveLoop:
         room = sum(
             max(0, limits[k] - held.get(k, 0) - settles.owed_of(route.queue, k)) for k in kinds if k in limits
         )
-        return room, max(1, sum(caps) // LIMIT_ROOM_PART)
+        return max(0, room - self.asking.get(route.queue, 0)), max(1, sum(caps) // LIMIT_ROOM_PART)
 
     def reserve_args(self, route: Route, n: int) -> dict[str, Any]:
         return dict(n=n, worker=self.worker.reserve_as, timeout=self.settings.lease, kinds=route.kinds())
@@ -730,19 +742,32 @@ class ReserveLoop:
         return False
 
     def reserve_steps(self, route: Route, n: int):
-        lease_until = self.state.clock() + self.settings.lease
-        rows, expired = yield RetriedCall(
-            "reserve", route.queue, kwargs=self.reserve_args(route, n), expired=True
-        )
-        log_expired(self.state.stats, expired)
-        made = self.worker._job_type.reserved
-        jobs = [made(r, lease_until) for r in rows]
-        limits = self.limits_of(route.queue)
-        if limits and route.queue not in self.unlimited_seen and any(j.kind not in limits for j in jobs):
-            self.unlimited_seen.add(route.queue)
-        self.worker._start_jobs(jobs)
+        queue = route.queue
+        self._ask(queue, n)
+        try:
+            lease_until = self.state.clock() + self.settings.lease
+            rows, expired = yield RetriedCall(
+                "reserve", queue, kwargs=self.reserve_args(route, n), expired=True
+            )
+            log_expired(self.state.stats, expired)
+            made = self.worker._job_type.reserved
+            jobs = [made(r, lease_until) for r in rows]
+            limits = self.limits_of(queue)
+            if limits and queue not in self.unlimited_seen and any(j.kind not in limits for j in jobs):
+                self.unlimited_seen.add(queue)
+            self.worker._start_jobs(jobs)  # held from here on: no longer an ask
+        finally:
+            self._ask(queue, -n)
         self.reserved(route, jobs)
         return len(jobs)
+
+    def _ask(self, queue: str, n: int) -> None:
+        with self._asking_lock:
+            left = self.asking.get(queue, 0) + n
+            if left:
+                self.asking[queue] = left
+            else:
+                del self.asking[queue]
 
 
 class Dispatch:

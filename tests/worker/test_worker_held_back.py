@@ -95,8 +95,14 @@ def test_a_limit_its_handlers_cannot_fill_never_holds_the_worker_back(dsn, make_
     queue.set_limit("noop", 64)
     drain(dsn, queue)
     assert reserves and max(n for n, _ in reserves) <= 64, reserves
-    # got fewer than it asked for, but some: the backlog's last messages, once at most
-    assert len([r for r in reserves if 0 < r[1] < r[0]]) <= 1, reserves
+    # got fewer than it asked for, but some: only in the backlog's tail, where the reserve loop's and
+    # the completer's refill (two reserves at once) may share the last messages; each is left with
+    # no more than another reserve under way asks for (64 at most). A limit found full, or the two
+    # asking together for more than its slots, gets fewer with hundreds left.
+    taken = 0
+    for asked, got in reserves:
+        taken += got
+        assert not 0 < got < asked or MESSAGES - taken <= 64, (asked, got, taken, reserves)
     assert starts == [], reserves
 
 
