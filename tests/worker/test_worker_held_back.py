@@ -65,7 +65,10 @@ def test_a_limit_that_its_own_messages_fill_never_waits_for_the_poll_fallback(ds
     assert queue.stats().ready == 0
 
 
-def test_a_limit_its_handlers_cannot_fill_never_holds_the_worker_back(dsn, make_queue, monkeypatch):
+@pytest.mark.parametrize("sleep", [0.0, 0.003], ids=["noop", "refilled"])
+def test_a_limit_its_handlers_cannot_fill_never_holds_the_worker_back(dsn, make_queue, monkeypatch, sleep):
+    # refilled: handlers of 3 ms (past REFILL_HANDLER_MIN), so that the completer's flush reserves
+    # the slots it freed (refill_steps) while the reserve loop reserves too, two asks at once
     # 16 handlers and a prefetch under a limit of 64: the worker keeps what it holds of the kind (its
     # messages in hand and the successes awaiting their acknowledgement) within the 64, so each
     # reserve asks for no more than the slots its own holdings leave free and gets all it asks for.
@@ -93,7 +96,7 @@ def test_a_limit_its_handlers_cannot_fill_never_holds_the_worker_back(dsn, make_
     monkeypatch.setattr(HeldBack, "start", started)
     queue = make_queue()
     queue.set_limit("noop", 64)
-    drain(dsn, queue)
+    drain(dsn, queue, sleep=sleep)
     assert reserves and max(n for n, _ in reserves) <= 64, reserves
     # got fewer than it asked for, but some: only in the backlog's tail, where the reserve loop's and
     # the completer's refill (two reserves at once) may share the last messages; each is left with
