@@ -53,6 +53,7 @@ CONSUMER = (
     "queue_worker_deregister",
     "queue_release_dead_workers",
     "queue_parent_results",
+    "queue_limits",  # the worker keeps what it holds of a limited kind within the limit's capacity
 )
 PIPELINE = ("queue_move",)
 MONITOR = (
@@ -121,7 +122,8 @@ DESCRIPTIONS: dict[str, str] = {
     "read and wait for a message's result, cancel a message, push a message that waits for others (push_after)",
     "consumer": "reserve, pop, commit, rollback, snooze, fail, give up, extend, the fast paths, wakeups, its own worker "
     "registration, releasing dead workers, commit with a result, renew (learns of a cancel request), cancel what it "
-    "holds, progress, read a result, read the parents' results of a message (parent_results) (no push, no move)",
+    "holds, progress, read a result, read the parents' results of a message (parent_results), the concurrency limits (limits) "
+    "(no push, no move)",
     "pipeline": "move: hand a held message on to another queue, payload possibly rewritten "
     "(give it with --consumer)",
     "monitor": "stats, limits, rates, workers, schedules, dead letters, settings, message, message history, "

@@ -13,8 +13,9 @@ routines of its capabilities and no privilege on any table:
     consumer  takes and finishes work: reserve, pop, commit, rollback, snooze, fail, give_up, extend,
               commit_reserve, commit_batch, the wakeup routines, the worker registry
               (a worker touches only its own registration: heartbeat and deregister
-              need the secret register returned), releasing dead workers' messages;
-              cannot push, and cannot move (a message leaves its queue only by being
+              need the secret register returned), releasing dead workers' messages,
+              reading the concurrency limits (queue_limits: the worker holds no more of a
+              limited kind than its capacity); cannot push, and cannot move (a message leaves its queue only by being
               finished or dead-lettered)
     pipeline  queue_move: hands a held message (reserved by the same account, so given
               with consumer) on to any queue, its payload possibly rewritten: a stage

@@ -609,6 +609,8 @@ def test_capability_descriptions_cover_every_capability():
     }
     assert privileges.capabilities_with("queue_move") == ["pipeline"]
     assert privileges.capabilities_with("queue_stats") == ["monitor", "admin"]
+    # a worker keeps what it holds of a limited kind within the limit: it reads them as a consumer
+    assert privileges.capabilities_with("queue_limits") == ["consumer", "monitor", "admin"]
     assert privileges.capabilities_with("pyqueue__queue") == []
 
 
