@@ -2,8 +2,9 @@
 entry on: bench/burndown.py's --features runs `pyqueue-sql worker` (the threads' Worker) on them;
 this runs the same drains, the same options and summary, with the asyncio worker instead.
 
-    .venv/bin/python -m bench.burndown_aio --features plain,limit,limit8 --dialects postgresql,mysql \\
-        --workloads noop --jobs 20000 --cap 60 --states fresh --rounds 2 --name burndown-aio-features
+    PYTHONPATH=$PWD .venv/bin/python scripts/burndown_aio.py --features plain,limit,limit8 \\
+        --dialects postgresql,mysql --workloads noop --jobs 20000 --cap 60 --states fresh --rounds 2 \\
+        --name burndown-aio-features
 """
 
 from __future__ import annotations
