@@ -58,6 +58,7 @@ import contextvars
 import inspect
 import signal
 import sys
+import threading
 import time
 import types
 from collections.abc import Awaitable, Callable
@@ -262,23 +263,28 @@ class _AsyncConnection:
 class _LoopEvents:
     """The event loop's events, set from the run state's thread-safe ones (stop() may come from
     any thread or a signal handler): stop, hard (the hard stop), freed (a handler's slot was
-    freed), watch (a progress to write)."""
+    freed), watch (a progress to write), settled (one of the worker's settles ended, or the stop:
+    what a Sleep(settled=True) waits for)."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watch: asyncio.Event | None = None
+        self.thread: int | None = None  # the loop's thread
 
     def begin(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.thread = threading.get_ident()
         self.stop, self.hard, self.freed = asyncio.Event(), asyncio.Event(), asyncio.Event()
-        self.watch = asyncio.Event()
+        self.watch, self.settled = asyncio.Event(), asyncio.Event()
+        self.state.settles.on_end = self.settle_ended
 
     def mirror(self) -> None:
         """Sets the loop's events from the thread-safe ones."""
         if self.state.stopping.is_set():
             self.stop.set()
             self.freed.set()
+            self.settled.set()
         if self.state.hard_stop.is_set():
             self.hard.set()
 
@@ -290,6 +296,21 @@ class _LoopEvents:
         try:
             loop.call_soon_threadsafe(self.mirror)
         except RuntimeError:  # the loop closed meanwhile: nothing waits any more
+            pass
+
+    def settle_ended(self) -> None:
+        """Ends the loop's wait for a settle (Settles.on_end): the settles end on the loop (handler
+        tasks, the completer), where the event is set at once; from another thread, through the
+        loop (asyncio's events are not thread-safe)."""
+        loop = self.loop
+        if loop is None:
+            return
+        if threading.get_ident() == self.thread:
+            self.settled.set()
+            return
+        try:
+            loop.call_soon_threadsafe(self.settled.set)
+        except RuntimeError:  # the loop has closed
             pass
 
     def progress_set(self) -> None:
@@ -821,6 +842,11 @@ class AsyncWorker(WorkerBase):
             await _wait_event(freed, 1.0)
 
     async def _sleep(self, op: Sleep, conn: Any) -> bool:
+        if op.settled:  # one of its settles (settle_ended sets the event after it ends), the stop or the time
+            event = self.events.settled
+            if await _wait_event(event, op.seconds):
+                event.clear()
+            return self.state.stopping.is_set()
         return await _wait_event(self.events.stop, op.seconds)
 
     async def _wait(self, op: Wait, conn: Any) -> bool:

@@ -341,6 +341,9 @@ class Settles:
         # set when a settle ends (after done changes): a Sleep(settled=True) of the threads' runner
         # ends on it, so that the reserve loop waiting for its own settles sees one at once
         self.event = threading.Event()
+        # called after a settle ended (and the event was set), on the thread that ended it: how a
+        # runner that does not wait on a thread's event hears of it (AsyncWorker wakes its loop)
+        self.on_end: Callable[[], None] | None = None
 
     def deferred(self, queue: str = "", kind: str = "") -> None:
         with self._lock:
@@ -370,6 +373,8 @@ class Settles:
                     owed_by[key] = left
                 else:
                     owed_by.pop(key, None)
+        if freed > 0 and self.on_end is not None:
+            self.on_end()
 
 
 @dataclass(eq=False)
