@@ -103,8 +103,8 @@ class WaitSlots:
 
 @dataclass(frozen=True)
 class Sleep:
-    """Sleep `seconds`, cut short by the stop: True when stopped. settled: a runner that can also
-    cuts it short when one of the worker's settles ends (Settles.ended), answering False."""
+    """Sleep `seconds`, cut short by the stop: True when stopped. settled: both runners also
+    cut it short when one of the worker's settles ends (Settles.ended), answering False."""
 
     seconds: float
     settled: bool = False
