@@ -123,6 +123,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--features", default="plain,limit")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument(
+        "--md", help="also append a row a run to this Markdown table (made with its header if missing)"
+    )
+    ap.add_argument("--label", default="", help="--md: what the run measured (e.g. before, after)")
     args = ap.parse_args()
     results = []
     for _ in range(args.rounds):
@@ -140,6 +144,39 @@ def main() -> None:
             )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.md:
+        append_md(Path(args.md), args, results)
+
+
+COLUMNS = ("queue_reserve", "pyqueue__ready_tids", "pyqueue__limited_tids", "pyqueue__limit_free_slots")
+
+
+def append_md(path: Path, args, results: list[dict]) -> None:
+    """One row a run: the server's time a reserve (total; limited_tids: its own, without free_slots)."""
+    if not path.exists():
+        head = [
+            "run (UTC)", "label", "queue", "load (1 min)", "reserve wall, median ms", "backend CPU ms a reserve",
+            "queue_reserve ms", "ready_tids ms", "limited_tids own ms", "limit_free_slots ms",
+        ]  # fmt: skip
+        path.write_text(
+            f"Command: `{common.command()}` (each row one such run; --n {args.n}, --calls {args.calls}, "
+            f"--jobs {args.jobs})\n\n| {' | '.join(head)} |\n|{'---|' * len(head)}\n"
+        )
+    with path.open("a") as out:
+        for r in results:
+            f = r["functions"]
+            cells = [
+                common.now_utc(),
+                args.label,
+                r["feature"],
+                f"{r['load'][0]:.2f}",
+                f"{r['wall_ms_median']:.2f}",
+            ]
+            cells.append(f"{r['backend_cpu_ms_per_reserve']:.2f}")
+            for fn in COLUMNS:
+                key = "self_ms" if fn == "pyqueue__limited_tids" else "total_ms"
+                cells.append(f"{f[fn][key]:.2f}" if fn in f else "")
+            out.write(f"| {' | '.join(cells)} |\n")
 
 
 if __name__ == "__main__":
