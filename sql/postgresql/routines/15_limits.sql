@@ -127,59 +127,68 @@ $$;
 -- pyqueue__limit_free_slots: for pyqueue__limited_tids, the slots of the
 -- limited kind (in_queue, in_kind) free at in_now, up to in_n of them, in
 -- slot order, locked: o_slots, their rows' ctids (valid while the caller
--- holds the locks). The first slots within the capacity that look free (no
--- holder, or one that no longer holds the reservation, as
+-- holds the locks). One statement: the first slots within the capacity that
+-- look free (no holder, or one that no longer holds the reservation, as
 -- pyqueue__slot_held says, checked in the statement) are locked FOR UPDATE
--- SKIP LOCKED (a busy or locked slot is left to its holder), then a
--- statement after the locks keeps those whose holder still does not hold
--- them (under READ COMMITTED, the latest holders). o_slow: the kind has
--- slots above its capacity (a lowered limit whose holders still hold them):
--- the caller claims its slots one candidate at a time (pyqueue__limit_claim);
--- o_slots is then NULL. Never waits for a lock.
+-- SKIP LOCKED (a busy or locked slot is left to its holder), each only as
+-- the statement read it. Under READ COMMITTED a slot row that another
+-- transaction changed and committed after the statement began is locked in
+-- its latest version and checked again against the statement's conditions,
+-- but the holder check in them still sees the messages as they were when it
+-- began: a new holder reserved meanwhile would look free. So a further
+-- condition keeps only a row version the statement's snapshot sees (a probe
+-- of the slot table by the locked row's ctid): a version written after the
+-- statement began is not there, and that slot counts as busy (it is left
+-- locked until the caller's transaction ends). A version the snapshot sees
+-- has the holder its check saw: a holder comes back to life only by a new
+-- reservation (which takes a slot row and writes it) or by an extend (which
+-- writes its slot row first, pyqueue__limit_renew), and a slot row is
+-- written only with its lock held. Under REPEATABLE READ a slot changed
+-- since the snapshot raises 40001. o_slow: the kind has slots above its
+-- capacity (a lowered limit whose holders still hold them): the caller
+-- claims its slots one candidate at a time (pyqueue__limit_claim); o_slots
+-- is then NULL. The capacity is read in the same statement, so as the same
+-- snapshot sees the slots: a capacity read before it could predate a
+-- lowering that committed in between, and miss the slots it left above the
+-- new capacity. Never waits for a lock.
 -- The holder check is a probe of pyqueue_message's key for each slot: its
 -- OFFSET 0 keeps the planner from turning the NOT EXISTS (under an OR) into
 -- a hashed subplan, which reads every message of the kind (20,000 of a
--- backlog: 13 ms a reserve) to check 64 slots.
+-- backlog: 13 ms a reserve) to check 64 slots. The version's probe keeps its
+-- OFFSET 0 too: pulled up into a join, its row would be carried over as it
+-- was into the re-check of a changed row, and pass.
 CREATE OR REPLACE FUNCTION pyqueue__limit_free_slots(in_queue text, in_kind text, in_now timestamptz, in_n integer,
                                                      OUT o_slots tid[], OUT o_slow boolean)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
 AS $$
-DECLARE
-    v_cap    integer;
-    v_locked tid[];
 BEGIN
-    SELECT l.capacity INTO v_cap FROM pyqueue_limit l WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind;
-    SELECT pg_catalog.array_agg(x.tid) INTO v_locked
-      FROM (SELECT f.ctid AS tid FROM pyqueue_limit_slot f
-             WHERE f.queue_name::text = in_queue AND f.p_kind::text = in_kind AND f.slot_no <= v_cap
+    -- the capacity, the slots and the slots above the capacity, all as one snapshot sees them; the
+    -- slots in slot order by the aggregate's own sort (this runs under pyqueue__ready_tids's
+    -- enable_sort = off)
+    SELECT coalesce(pg_catalog.array_agg(x.tid ORDER BY x.slot_no), '{}'),
+           EXISTS (SELECT 1 FROM pyqueue_limit_slot s
+                    WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
+                      AND s.slot_no > (SELECT l.capacity FROM pyqueue_limit l
+                                        WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind))
+      INTO o_slots, o_slow
+      FROM (SELECT f.slot_no, f.ctid AS tid FROM pyqueue_limit_slot f
+             WHERE f.queue_name::text = in_queue AND f.p_kind::text = in_kind
+               AND f.slot_no <= (SELECT l.capacity FROM pyqueue_limit l
+                                  WHERE l.queue_name::text = in_queue AND l.p_kind::text = in_kind)
                AND (f.msg_id IS NULL
                     OR NOT EXISTS (SELECT 1 FROM pyqueue_message h
                                     WHERE h.queue_name::text = in_queue AND h.p_key::text = f.msg_key::text
                                       AND h.p_kind::text = in_kind AND h.id = f.msg_id AND h.attempts = f.msg_attempts
                                       AND h.reserve_token IS NOT NULL AND h.scheduled_at > in_now
                                     OFFSET 0))  -- a probe a slot (see above)
+               AND EXISTS (SELECT 1 FROM pyqueue_limit_slot v WHERE v.ctid = f.ctid OFFSET 0)  -- the version read
              ORDER BY f.slot_no
              LIMIT in_n
                FOR UPDATE SKIP LOCKED) x;
-    o_slow := EXISTS (SELECT 1 FROM pyqueue_limit_slot s
-                       WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind AND s.slot_no > v_cap);
     IF o_slow THEN
-        RETURN;
+        o_slots := NULL;
     END IF;
-    -- a statement after the locks: under READ COMMITTED the latest holders. The locked rows by
-    -- their ctids alone (a TID scan: with the kind's key too, the plan read all of the kind's
-    -- slots and compared each with every locked one, 17 ms for 256 of 1,000), in slot order by
-    -- the aggregate's own sort (this runs under pyqueue__ready_tids's enable_sort = off)
-    SELECT coalesce(pg_catalog.array_agg(f.tid ORDER BY f.slot_no), '{}') INTO o_slots
-      FROM (SELECT s.slot_no, s.ctid AS tid FROM pyqueue_limit_slot s
-             WHERE s.ctid = ANY (v_locked)
-               AND (s.msg_id IS NULL
-                    OR NOT EXISTS (SELECT 1 FROM pyqueue_message h
-                                    WHERE h.queue_name::text = in_queue AND h.p_key::text = s.msg_key::text
-                                      AND h.p_kind::text = in_kind AND h.id = s.msg_id AND h.attempts = s.msg_attempts
-                                      AND h.reserve_token IS NOT NULL AND h.scheduled_at > in_now
-                                    OFFSET 0))) f;  -- a probe a slot (see above)
 END;
 $$;
 
@@ -208,10 +217,9 @@ $$;
 -- candidate that needs a rate's unit locks (FOR UPDATE SKIP LOCKED, in slot
 -- order) every free unit of that rate the pass can use, up to what it still
 -- wants, in one read; later candidates take the next one of that list. The
--- first candidate of a limited kind locks the kind's slots within its
--- capacity in one read, then (a statement after the locks, as
--- pyqueue__limit_claim does) keeps those whose holder no longer holds them;
--- later candidates take the next of those. A kind with slots above its
+-- first candidate of a limited kind locks the kind's free slots within its
+-- capacity in one statement (pyqueue__limit_free_slots); later candidates
+-- take the next of those. A kind with slots above its
 -- capacity (a lowered limit whose holders still hold them) goes through
 -- pyqueue__limit_claim, one candidate at a time. So a pass reads each slot
 -- it uses once, not every busy slot before it for each candidate (a
@@ -258,7 +266,7 @@ DECLARE
     v_hslot    tid[] := '{}';      -- the slots taken this pass, written at its end: the row, its holder
     v_hid      bigint[] := '{}';
     v_hkey     text[] := '{}';
-    v_hatt     integer[] := '{}';
+    v_hatt     integer[] := '{}';      -- (the holder's attempts before this delivery)
     v_tslot    tid[] := '{}';      -- the rate units taken this pass (rows), written at its end
     v_norates  boolean;
     v_ok       boolean;
@@ -268,20 +276,25 @@ DECLARE
     c_key      text[];
     c_kind     text[];
     c_att      integer[];
-    v_fpos     bigint[];
+    c_maxatt   integer;  -- ... and their highest attempts
+    c_lkind    text[];   -- the limited kinds among them ...
+    c_lneed    integer[];  -- ... and how many of their candidates need a slot
+    v_l        integer;
     r          record;
 BEGIN
-    SELECT coalesce(pg_catalog.array_agg(l.p_kind::text), '{}') INTO v_limited
-      FROM pyqueue_limit l WHERE l.queue_name::text = in_queue;
-    SELECT coalesce(pg_catalog.array_agg(t.p_kind::text ORDER BY t.p_kind::text), '{}'),
-           coalesce(pg_catalog.array_agg(t.per ORDER BY t.p_kind::text), '{}')
-      INTO v_rated, v_pers
-      FROM pyqueue_rate t WHERE t.queue_name::text = in_queue;
+    -- the queue's limited kinds, its rates and its max_attempts: one read
+    SELECT coalesce((SELECT pg_catalog.array_agg(l.p_kind::text) FROM pyqueue_limit l WHERE l.queue_name::text = in_queue),
+                    '{}'),
+           coalesce(t.kinds, '{}'), coalesce(t.pers, '{}'),
+           (SELECT q.max_attempts FROM pyqueue_queue q WHERE q.queue_name::text = in_queue)
+      INTO v_limited, v_rated, v_pers, v_max
+      FROM (SELECT pg_catalog.array_agg(t.p_kind::text ORDER BY t.p_kind::text) AS kinds,
+                   pg_catalog.array_agg(t.per ORDER BY t.p_kind::text) AS pers
+              FROM pyqueue_rate t WHERE t.queue_name::text = in_queue) t;
     v_i := pg_catalog.array_position(v_rated, ''::text);
     IF v_i IS NOT NULL THEN
         v_wide := v_pers[v_i];
     END IF;
-    SELECT q.max_attempts INTO v_max FROM pyqueue_queue q WHERE q.queue_name::text = in_queue;
     v_norates := pg_catalog.cardinality(v_rated) = 0;
     v_priority := in_top;
     WHILE v_priority IS NOT NULL AND v_left > 0 AND NOT v_stop LOOP
@@ -294,8 +307,8 @@ BEGIN
             -- below takes the same candidates (locked now) one at a time.
             IF v_norates THEN
                 SELECT pg_catalog.array_agg(x.ctid), pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.p_key::text),
-                       pg_catalog.array_agg(x.p_kind::text), pg_catalog.array_agg(x.attempts)
-                  INTO c_tid, c_id, c_key, c_kind, c_att
+                       pg_catalog.array_agg(x.p_kind::text), pg_catalog.array_agg(x.attempts), pg_catalog.max(x.attempts)
+                  INTO c_tid, c_id, c_key, c_kind, c_att, c_maxatt
                   FROM (SELECT m.ctid, m.id, m.p_key, m.p_kind, m.attempts
                           FROM pyqueue_message m
                          WHERE m.queue_name::text = in_queue
@@ -308,9 +321,18 @@ BEGIN
                          ORDER BY m.scheduled_at, m.id
                          LIMIT v_left
                            FOR UPDATE SKIP LOCKED) x;
+                EXIT WHEN c_tid IS NULL;  -- no candidate at this priority
+                -- the limited kinds among them, each with how many of its candidates need a slot (all
+                -- but those to be dead-lettered)
+                SELECT coalesce(pg_catalog.array_agg(u.kd), '{}'), coalesce(pg_catalog.array_agg(u.n), '{}')
+                  INTO c_lkind, c_lneed
+                  FROM (SELECT k.kd, pg_catalog.count(*)::integer AS n
+                          FROM ROWS FROM (pg_catalog.unnest(c_kind), pg_catalog.unnest(c_att)) AS k (kd, a)
+                         WHERE k.kd = ANY (v_limited) AND k.a < v_max
+                         GROUP BY k.kd) u;
                 v_ok := true;
-                FOR v_kind IN SELECT DISTINCT u.kd FROM ROWS FROM (pg_catalog.unnest(c_kind), pg_catalog.unnest(c_att)) AS u (kd, a)
-                               WHERE u.kd = ANY (v_limited) AND u.a < v_max LOOP
+                FOR v_l IN 1 .. pg_catalog.cardinality(c_lkind) LOOP
+                    v_kind := c_lkind[v_l];
                     IF v_kind <> ALL (v_lkinds) AND v_kind <> ALL (v_slow) THEN
                         SELECT ls.o_slots, ls.o_slow INTO v_locked, v_isslow
                           FROM pyqueue__limit_free_slots(in_queue, v_kind, in_now, v_left) ls;
@@ -323,42 +345,44 @@ BEGIN
                         END IF;
                     END IF;
                     IF v_kind = ANY (v_slow)
-                       OR (SELECT pg_catalog.count(*) FROM pg_catalog.unnest(v_fkind) AS u (kd) WHERE u.kd = v_kind)
-                          < (SELECT pg_catalog.count(*) FROM ROWS FROM (pg_catalog.unnest(c_kind), pg_catalog.unnest(c_att)) AS u (kd, a)
-                              WHERE u.kd = v_kind AND u.a < v_max) THEN
+                       OR pg_catalog.cardinality(pg_catalog.array_positions(v_fkind, v_kind)) < c_lneed[v_l] THEN
                         v_ok := false;
                         EXIT;
                     END IF;
                 END LOOP;
-                IF v_ok AND c_tid IS NOT NULL THEN
-                    -- each kind's candidates, in order, take its free slots, in order (aggregates'
-                    -- own ordering: this runs under pyqueue__ready_tids's enable_sort = off)
-                    FOR v_kind IN SELECT DISTINCT u.kd FROM ROWS FROM (pg_catalog.unnest(c_kind), pg_catalog.unnest(c_att)) AS u (kd, a)
-                                   WHERE u.kd = ANY (v_limited) AND u.a < v_max LOOP
-                        SELECT pg_catalog.array_cat(v_hid, pg_catalog.array_agg(u.id ORDER BY u.o)),
-                               pg_catalog.array_cat(v_hkey, pg_catalog.array_agg(u.k ORDER BY u.o)),
-                               pg_catalog.array_cat(v_hatt, pg_catalog.array_agg(u.a + 1 ORDER BY u.o)), pg_catalog.count(*)::integer
-                          INTO v_hid, v_hkey, v_hatt, v_f
-                          FROM ROWS FROM (pg_catalog.unnest(c_id), pg_catalog.unnest(c_key), pg_catalog.unnest(c_kind),
-                                          pg_catalog.unnest(c_att)) WITH ORDINALITY AS u (id, k, kd, a, o)
-                         WHERE u.kd = v_kind AND u.a < v_max;
-                        SELECT pg_catalog.array_cat(v_hslot, (pg_catalog.array_agg(w.tid ORDER BY w.o))[1:v_f]),
-                               pg_catalog.array_agg(w.o ORDER BY w.o)
-                          INTO v_hslot, v_fpos
-                          FROM ROWS FROM (pg_catalog.unnest(v_fkind), pg_catalog.unnest(v_fslot)) WITH ORDINALITY AS w (kd, tid, o)
-                         WHERE w.kd = v_kind;
-                        FOR v_j IN 1 .. v_f LOOP  -- those slots are taken
-                            v_fkind[v_fpos[v_j]] := NULL;
+                IF v_ok THEN
+                    -- each kind's candidates, in order, take its free slots, in order
+                    FOR v_l IN 1 .. pg_catalog.cardinality(c_lkind) LOOP
+                        v_kind := c_lkind[v_l];
+                        FOREACH v_f IN ARRAY (pg_catalog.array_positions(v_fkind, v_kind))[1:c_lneed[v_l]] LOOP
+                            v_hslot := pg_catalog.array_append(v_hslot, v_fslot[v_f]);
+                            v_fkind[v_f] := NULL;  -- taken
                         END LOOP;
+                        IF c_lneed[v_l] = pg_catalog.cardinality(c_id) THEN  -- every candidate: all of them
+                            v_hid := pg_catalog.array_cat(v_hid, c_id);
+                            v_hkey := pg_catalog.array_cat(v_hkey, c_key);
+                            v_hatt := pg_catalog.array_cat(v_hatt, c_att);
+                        ELSE  -- (aggregates' own ordering: this runs under pyqueue__ready_tids's enable_sort = off)
+                            SELECT pg_catalog.array_cat(v_hid, pg_catalog.array_agg(u.id ORDER BY u.o)),
+                                   pg_catalog.array_cat(v_hkey, pg_catalog.array_agg(u.k ORDER BY u.o)),
+                                   pg_catalog.array_cat(v_hatt, pg_catalog.array_agg(u.a ORDER BY u.o))
+                              INTO v_hid, v_hkey, v_hatt
+                              FROM ROWS FROM (pg_catalog.unnest(c_id), pg_catalog.unnest(c_key), pg_catalog.unnest(c_kind),
+                                              pg_catalog.unnest(c_att)) WITH ORDINALITY AS u (id, k, kd, a, o)
+                             WHERE u.kd = v_kind AND u.a < v_max;
+                        END IF;
                     END LOOP;
-                    v_taken := pg_catalog.array_cat(v_taken, ARRAY(SELECT u.id FROM ROWS FROM (pg_catalog.unnest(c_id), pg_catalog.unnest(c_att)) AS u (id, a)
-                                                                     WHERE u.a < v_max));
+                    IF c_maxatt < v_max THEN  -- none to be dead-lettered: all of them
+                        v_taken := pg_catalog.array_cat(v_taken, c_id);
+                    ELSE
+                        v_taken := pg_catalog.array_cat(v_taken, ARRAY(SELECT u.id FROM ROWS FROM (pg_catalog.unnest(c_id), pg_catalog.unnest(c_att)) AS u (id, a)
+                                                                         WHERE u.a < v_max));
+                    END IF;
                     v_seen := pg_catalog.array_cat(v_seen, c_id);
                     o_tids := pg_catalog.array_cat(o_tids, c_tid);
                     v_left := v_left - pg_catalog.cardinality(c_tid);
                     EXIT;  -- nothing held back: the next priority
                 END IF;
-                EXIT WHEN c_tid IS NULL;  -- no candidate at this priority
             END IF;
             FOR r IN
                 SELECT m.ctid, m.id, m.p_key, m.p_kind, m.attempts
@@ -459,7 +483,7 @@ BEGIN
                             v_hslot := pg_catalog.array_append(v_hslot, v_fslot[v_f]);
                             v_hid := pg_catalog.array_append(v_hid, r.id);
                             v_hkey := pg_catalog.array_append(v_hkey, r.p_key::text);
-                            v_hatt := pg_catalog.array_append(v_hatt, r.attempts + 1);
+                            v_hatt := pg_catalog.array_append(v_hatt, r.attempts);
                         END IF;
                     END IF;
                     -- the units taken: used_at written at the pass's end, with the others (one UPDATE)
@@ -478,7 +502,7 @@ BEGIN
             END LOOP;
             EXIT WHEN NOT v_skipped OR v_left <= 0 OR v_stop;
         END LOOP;
-        EXIT WHEN v_stop;
+        EXIT WHEN v_stop OR v_left <= 0;
         SELECT pg_catalog.max(m.priority) INTO v_priority
           FROM pyqueue_message m
          WHERE m.queue_name::text = in_queue AND m.priority < v_priority AND m.scheduled_at > '-infinity';
@@ -490,7 +514,7 @@ BEGIN
         -- (each row joined to its holder: an array_position a row searched the whole list, three
         -- times, 15 ms for 256 slots)
         UPDATE pyqueue_limit_slot s
-           SET msg_id = h.id, msg_key = h.k, msg_attempts = h.a
+           SET msg_id = h.id, msg_key = h.k, msg_attempts = h.a + 1  -- the delivery being made
           FROM ROWS FROM (pg_catalog.unnest(v_hslot), pg_catalog.unnest(v_hid), pg_catalog.unnest(v_hkey),
                           pg_catalog.unnest(v_hatt)) AS h (tid, id, k, a)
          WHERE s.ctid = ANY (v_hslot) AND s.ctid = h.tid;
