@@ -193,7 +193,7 @@ DROP FUNCTION IF EXISTS pyqueue__check_worker(bigint, uuid);
 DROP FUNCTION IF EXISTS pyqueue__limit_renew(text, text, text, uuid);
 DROP FUNCTION IF EXISTS pyqueue__limited_tids(text, timestamptz, integer, text[], timestamptz, bigint, integer);
 DROP FUNCTION IF EXISTS pyqueue__limit_free_slots(text, text, timestamptz, integer);
-DROP FUNCTION IF EXISTS pyqueue__rate_slot(text, text, interval, timestamptz);
+DROP FUNCTION IF EXISTS pyqueue__rate_slot(text, text, interval, timestamptz);  -- installs of earlier versions
 DROP FUNCTION IF EXISTS pyqueue__limit_claim(text, text, bigint, text, integer, timestamptz, bigint[]);
 DROP FUNCTION IF EXISTS pyqueue__slot_held(text, text, text, bigint, integer, timestamptz);
 DROP FUNCTION IF EXISTS pyqueue__refuse_result(integer, integer);

@@ -473,7 +473,10 @@ def test_lowering_a_limit_never_lets_more_than_the_new_capacity_be_held(queue, r
 
 def test_a_slot_left_beyond_a_lowered_capacity_is_not_taken_once_its_holder_ends(queue, raw, dialect):
     """The holder of a slot beyond a lowered capacity keeps it while live; once it ends first, that
-    slot is never handed out again (the capacity's own slot is still held)."""
+    slot is never handed out again (the capacity's own slot is still held). When the capacity's
+    holder ends too, the next reserve takes the capacity's slot (the slot beyond it is gone then),
+    and its reservation holds it: the slot records the delivery that reservation is, so nothing
+    more is handed out while it lasts."""
     queue.push_many([(f"b{i}", "bulk", i) for i in range(4)])
     queue.set_limit("bulk", 2)
     [b0] = queue.reserve(n=1, timeout=60)
@@ -484,6 +487,9 @@ def test_a_slot_left_beyond_a_lowered_capacity_is_not_taken_once_its_holder_ends
     assert live(raw, dialect, queue.name, "bulk") == 1
     assert queue.commit(b0)
     assert [r.key for r in queue.reserve(n=5, timeout=60)] == ["b2"]
+    assert queue.reserve(n=5) == []  # b2 holds the only slot
+    assert live(raw, dialect, queue.name, "bulk") == 1
+    assert queue.limits()[0].in_use == 1
 
 
 def test_lowering_a_limit_below_what_is_held_then_raising_it(queue, raw, dialect):
@@ -501,7 +507,11 @@ def test_lowering_a_limit_below_what_is_held_then_raising_it(queue, raw, dialect
     assert live(raw, dialect, queue.name, "bulk") == 2
 
 
-def test_an_expired_last_delivery_of_a_limited_kind_is_dead_lettered_while_others_are_ready(make_queue, raw):
+@pytest.mark.parametrize("n", [1, 5])
+def test_an_expired_last_delivery_of_a_limited_kind_is_dead_lettered_while_others_are_ready(make_queue, raw, n):
+    """A last delivery that expired needs no slot to be dead-lettered, also while its kind is full.
+    n=1: the reserve reads y2 alone, finds the kind full, then y0 alone; n=5: it reads y2 and y0
+    together, the kind full for y2, so it looks at each in turn and must still take y0."""
     dead = make_queue()
     q = make_queue(visibility_timeout=30, max_attempts=1, dead_letter_queue=dead.name, history_retention=3600)
     q.set_limit("lim", 1)
@@ -512,7 +522,7 @@ def test_an_expired_last_delivery_of_a_limited_kind_is_dead_lettered_while_other
     time.sleep(0.45)
     [y1] = q.reserve(timeout=60)  # the oldest ready one: y0 became eligible only when it expired
     assert y1.key == "y1"
-    assert q.reserve() == []  # the slot is taken; the expired last delivery needs none to be dead-lettered
+    assert q.reserve(n=n) == []  # the slot is taken; the expired last delivery needs none to be dead-lettered
     assert [d.key for d in dead.dead_letters()] == ["y0"]  # not left waiting until it is the last one
     s = q.stats()
     assert (s.ready, s.reserved, s.dead) == (1, 1, 1)

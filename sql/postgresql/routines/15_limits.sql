@@ -95,33 +95,19 @@ BEGIN
 END;
 $$;
 
--- pyqueue__rate_slot: a free slot of the rate (in_queue, in_kind; '' = the
--- queue-wide rate) for a reservation at in_at: one whose used_at is NULL or
--- at least in_per before in_at; NULL when there is none. Locks it FOR UPDATE
--- SKIP LOCKED (a slot another reserver holds counts as busy: never waits),
--- and writes nothing: the caller sets used_at once the message is admitted
--- (a slot found but not used stays as it was, locked until the caller's
--- transaction ends, and free for the caller's next candidate). Under READ
--- COMMITTED the lock re-reads a slot that another transaction changed and
--- committed since the statement's snapshot and checks it again (a slot just
--- used is no longer free); under REPEATABLE READ such a slot raises 40001.
-CREATE OR REPLACE FUNCTION pyqueue__rate_slot(in_queue text, in_kind text, in_per interval, in_at timestamptz)
-RETURNS integer
-LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan  -- see "Plans" at the top
-AS $$
+-- pyqueue__rate_slot(text, text, interval, timestamptz), which found a free
+-- unit of a rate one candidate at a time, is gone: pyqueue__limited_tids
+-- finds a rate's free units once a pass. An install of an earlier version
+-- has it (an internal helper, granted to nobody): dropped here when the
+-- catalog names it (nothing is dropped, nor any notice printed, otherwise).
+DO $$
 DECLARE
-    v_slot integer;
+    v_old regprocedure := pg_catalog.to_regprocedure('pyqueue__rate_slot(text, text, interval, timestamptz)');
 BEGIN
-    SELECT s.slot_no INTO v_slot
-      FROM pyqueue_rate_slot s
-     WHERE s.queue_name::text = in_queue AND s.p_kind::text = in_kind
-       AND (s.used_at IS NULL OR s.used_at <= in_at - in_per)
-     ORDER BY s.slot_no
-     LIMIT 1
-       FOR UPDATE SKIP LOCKED;
-    RETURN v_slot;
-END;
+    IF v_old IS NOT NULL THEN
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', v_old);
+    END IF;
+END
 $$;
 
 -- pyqueue__limit_free_slots: for pyqueue__limited_tids, the slots of the

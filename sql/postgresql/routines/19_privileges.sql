@@ -54,7 +54,7 @@ REVOKE EXECUTE ON FUNCTION
     pyqueue__deps_read_committed, pyqueue__results_lock, pyqueue__deps_moved, pyqueue__deps_left, pyqueue__push_after,
     queue_push_after, queue_push_after_on, queue_push_after_on_with_headers, queue_push_after_batch,
     queue_parent_results, pyqueue__slot_held, pyqueue__limit_claim,
-    pyqueue__rate_slot, pyqueue__limit_free_slots, pyqueue__limited_tids, pyqueue__limit_renew, queue_set_limit, queue_limits, queue_set_rate,
+    pyqueue__limit_free_slots, pyqueue__limited_tids, pyqueue__limit_renew, queue_set_limit, queue_limits, queue_set_rate,
     queue_rates, pyqueue__check_worker, queue_worker_register, queue_worker_heartbeat, queue_worker_deregister,
     queue_release_dead_workers, queue_workers, pyqueue__cron_field, pyqueue__cron_next, pyqueue__schedule_key,
     pyqueue__schedule_after, pyqueue__push_occurrence, pyqueue__schedule_next, pyqueue__schedule,
