@@ -508,7 +508,9 @@ def test_lowering_a_limit_below_what_is_held_then_raising_it(queue, raw, dialect
 
 
 @pytest.mark.parametrize("n", [1, 5])
-def test_an_expired_last_delivery_of_a_limited_kind_is_dead_lettered_while_others_are_ready(make_queue, raw, n):
+def test_an_expired_last_delivery_of_a_limited_kind_is_dead_lettered_while_others_are_ready(
+    make_queue, raw, n
+):
     """A last delivery that expired needs no slot to be dead-lettered, also while its kind is full.
     n=1: the reserve reads y2 alone, finds the kind full, then y0 alone; n=5: it reads y2 and y0
     together, the kind full for y2, so it looks at each in turn and must still take y0."""
