@@ -5,7 +5,7 @@ queue_reserve(n) and then commit_many of what it got, round after round; per cal
 disk. --routines DIR (repeatable): a database per directory with those routines installed over the schema
 (a checkout's sql/mysql/routines), called turn about, so that two versions are measured in one time window.
 
-    PYTHONPATH=$PWD .venv/bin/python -m bench.group_cost --rounds 8 [--routines OTHER/sql/mysql/routines]
+    .venv/bin/python scripts/group_cost.py --rounds 8 [--routines OTHER/sql/mysql/routines]
 """
 
 from __future__ import annotations
@@ -14,11 +14,16 @@ import argparse
 import contextlib
 import json
 import statistics
+import sys
 from pathlib import Path
 
-import pyqueue_sql
-from bench import common
-from pyqueue_sql import queries
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # this checkout's package and bench, not an installed one
+
+import pyqueue_sql  # noqa: E402
+from bench import common  # noqa: E402
+from pyqueue_sql import queries  # noqa: E402
 
 HERE = Path(__file__).resolve().parents[1]
 QUEUE = "gc"
