@@ -92,6 +92,61 @@ class Side:
         return row
 
 
+def worker_drain(label: str, folder: Path | None, grouped: bool, jobs: int) -> dict:
+    """A Worker(concurrency=16), as `pyqueue-sql worker` builds it, drains jobs no-op jobs in a fresh database;
+    the server threads of the database's sessions (besides this watcher's), their CPU from the first time the watcher
+    saw each (every 20 ms) to the end: the worker's own server CPU, whatever else the server ran."""
+    import threading
+    import time
+
+    from pyqueue_sql import RetryPolicy, Worker
+
+    with common.database("mysql", "gcostw", QUEUE) as dsn:
+        if folder is not None:
+            install_routines(dsn, folder)
+        with pyqueue_sql.connect(dsn) as db:
+            if grouped:
+                common.FEATURES["groups"](db.queue(QUEUE))
+        common.push_jobs(dsn, jobs, QUEUE, feature="groups" if grouped else "plain")
+        pid = common.server_pid("mysql", dsn)
+        worker = Worker(dsn, concurrency=16)
+        worker.add_handler(QUEUE, lambda job: None, None, retry=RetryPolicy(), timeout=None)
+        watcher = common.raw_connect("mysql", dsn)
+        first: dict[int, float] = {}
+        last: dict[int, float] = {}
+
+        def sample() -> None:
+            for (tid,) in common.query(
+                watcher,
+                "SELECT TID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()",
+            ):
+                with contextlib.suppress(OSError):
+                    ns = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+                    first.setdefault(int(tid), ns)
+                    last[int(tid)] = ns
+
+        def watch() -> None:
+            while True:
+                time.sleep(0.02)
+                sample()
+                if not common.query(watcher, "SELECT COUNT(*) FROM pyqueue_message")[0][0]:
+                    worker.stop()
+                    return
+
+        threading.Thread(target=watch, daemon=True).start()
+        cpu0, t0 = common.own_cpu(), time.perf_counter()
+        worker.run(install_signals=False)
+        cpu1, t1 = common.own_cpu(), time.perf_counter()
+        watcher.close()
+        server = sum(last[t] - first[t] for t in last)
+        return dict(
+            side=label,
+            rate=jobs / (t1 - t0),
+            worker_us=(cpu1 - cpu0) / jobs * 1e6,
+            server_us=server / jobs * 1e6,
+        )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=8)
@@ -101,8 +156,34 @@ def main(argv=None) -> int:
     ap.add_argument("--routines", action="append", default=[], help="another routines folder to compare")
     ap.add_argument("--no-plain", action="store_true")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument(
+        "--worker", action="store_true", help="drains by a Worker instead: jobs/s, its CPU and its sessions'"
+    )
     args = ap.parse_args(argv)
     load = common.loadavg()
+    if args.worker:
+        folders = [("this", None)] + [(str(f), Path(f)) for f in args.routines]
+        sides = [(f"groups {label}", folder, True) for label, folder in folders]
+        sides += [] if args.no_plain else [("plain", None, False)]
+        runs = [
+            worker_drain(*side, args.jobs) for i in range(args.rounds) for side in common.rotated(sides, i)
+        ]
+        print(
+            f"load before {load}, after {common.loadavg()}; {args.rounds} drains of {args.jobs:,} jobs each side"
+        )
+        print("| side | jobs/s | worker CPU us/job | its server sessions' CPU us/job |")
+        print("|---|---|---|---|")
+        for label, _, _ in sides:
+            mine = [r for r in runs if r["side"] == label]
+            cells = [
+                ", ".join(f"{r[k]:,.0f}" for r in mine)
+                + f" (median {statistics.median(r[k] for r in mine):,.0f})"
+                for k in ("rate", "worker_us", "server_us")
+            ]
+            print(f"| {label} | " + " | ".join(cells) + " |")
+        if args.json:
+            Path(args.json).write_text(json.dumps(runs, indent=1))
+        return 0
     with contextlib.ExitStack() as stack:
         sides = []
         folders = [("this", None)] + [(str(f), Path(f)) for f in args.routines]

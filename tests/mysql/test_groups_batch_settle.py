@@ -1,8 +1,8 @@
 """MySQL/MariaDB: a batch commit of FIFO group messages settles all its groups in a few statements,
 not a few a group (pyqueue__groups_commit_settle): the first blocked messages of every group with
 room are found a round at a time by one locking read and started by one UPDATE by id, a group with
-room for more than 4 by one read and one UPDATE of its own; one read names the new heads, one upsert
-writes the group rows. What each group ends with is what it would end with one message at a time:
+room for more than 4 by one read and one UPDATE of its own; one upsert names the new heads and
+writes the group rows, one DELETE drops the emptied ones. What each group ends with is what it would end with one message at a time:
 the blocked messages first in group order start up to k live, the first live one is the head,
 extra = live - 1. Its reads are locking reads: inside a transaction the client opened, whose
 snapshot predates another connection's commit, the settle sees the group as it is now."""

@@ -510,14 +510,15 @@ END //
 -- (its own, else the queue's default, else 1) are live, due at their run time or in_now, whichever is later (at least
 -- one when none is left live); a group whose head left names its first live message in that order as head; extra =
 -- live - 1; a group with none live goes. A group without a row (none left) is skipped. A few statements for all the
--- groups, not a few a group: ONE read makes the list of groups with their counts and finds the first blocked message
--- of each with room (round 1); each round ONE UPDATE by id starts what the round found, and round j + 1 ONE read of
--- the first blocked message of each group with room for j more (a group with room for more than 4 takes all of its
--- own by one read and one UPDATE); then ONE read names the new heads, ONE upsert writes the group rows that change and
--- one DELETE drops the emptied ones. Every read of a group's messages is a locking read (a subquery FOR UPDATE): the
--- messages as they are now under the group rows' locks, never as the snapshot of a transaction the client opened
--- before has them (the worker's commit_many runs in one). Locks: the started messages and the group's messages the
--- reads step over, the group rows (held already).
+-- groups, not a few a group: round j, ONE read of the first blocked message of each group with room for j more and
+-- ONE UPDATE by id of what it found (a group with room for more than 4 takes all of its own by one read and one
+-- UPDATE); then ONE upsert names the new heads and writes the group rows that change, and one DELETE drops the
+-- emptied ones. Each statement reads the batch's groups from in_held again (a JSON list of them carried between
+-- statements would be a GROUP_CONCAT of JSON_ARRAY, which keeps its arguments in a table on disk: a file made and
+-- removed each call, about as much as the statements it saves on a worker's small batches). Every read of a group's
+-- messages is a locking read (a subquery FOR UPDATE): the messages as they are now under the group rows' locks, never
+-- as the snapshot of a transaction the client opened before has them (the worker's commit_many runs in one). Locks:
+-- the started messages and the group's messages the reads step over, the group rows (held already).
 DROP PROCEDURE IF EXISTS pyqueue__groups_commit_settle //
 CREATE PROCEDURE pyqueue__groups_commit_settle(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -526,33 +527,37 @@ CREATE PROCEDURE pyqueue__groups_commit_settle(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_groups, v_ids, v_final LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_ids LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_started LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_need, v_rounds, v_many, v_gone INT DEFAULT 0;
+    DECLARE v_need, v_rounds, v_many INT DEFAULT 0;
     DECLARE v_round INT DEFAULT 1;
     DECLARE v_end INT DEFAULT 0;
     DECLARE c_many CURSOR FOR  -- the groups with room for more than 4, in group order
-        SELECT a.g, a.need FROM JSON_TABLE(v_groups, '$[*]' COLUMNS (
-                                         g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                                         hl    INT PATH '$[1]',
-                                         extra INT PATH '$[2]',
-                                         live  INT PATH '$[3]',
-                                         need  INT PATH '$[4]')) AS a
+        SELECT a.g, a.need FROM (SELECT u.g, u.hl, u.extra, GREATEST(1 + u.extra - u.n, 1 - u.hl) AS live,
+                                        GREATEST(COALESCE(lg.k, ld.k, 1) - GREATEST(1 + u.extra - u.n, 1 - u.hl), 0) AS need
+                                   FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
+                                           FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
+                                                    g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                                                    hl    INT PATH '$[2]',
+                                                    extra INT PATH '$[3]')) AS h
+                                          WHERE h.extra IS NOT NULL  -- (a group row found)
+                                          GROUP BY h.g) AS u
+                                   LEFT JOIN pyqueue_group_limit lg FORCE INDEX (PRIMARY) ON lg.queue_name = in_queue AND lg.group_key = u.g
+                                   LEFT JOIN pyqueue_group_limit ld FORCE INDEX (PRIMARY) ON ld.queue_name = in_queue AND ld.group_key = ''
+                                  LIMIT 18446744073709551615) AS a
          WHERE a.need > 4
          ORDER BY a.g;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
-    -- each group once, [group_key, its head left, extra, live after, room], and round 1: the first blocked message of
-    -- each group with room for 1 to 4 (the derived table kept whole: a condition on a column a subquery makes, pushed
-    -- into it, named a column it could not see)
-    SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(b.g, b.hl, b.extra, b.live, b.need) SEPARATOR ','), ']'),
-           COALESCE(MAX(LEAST(b.need, 4)), 0), COALESCE(SUM(b.need > 4), 0),
-           GROUP_CONCAT(IF(b.need BETWEEN 1 AND 4,
-                           (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
-                             WHERE m.queue_name = in_queue AND m.group_key = b.g AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
-                             ORDER BY m.scheduled_at_initially, m.id
-                             LIMIT 1
-                               FOR UPDATE), NULL) SEPARATOR ',')  -- (NULL: none, skipped)
-      INTO v_groups, v_rounds, v_many, v_ids
+    -- the rounds, the groups with room for more than 4, and round 1: the first blocked message of each group with room
+    -- for 1 to 4 (the derived tables kept whole, LIMIT 18446744073709551615: a condition on a column made by a
+    -- subquery, pushed into them, named a column it could not see)
+    SELECT COALESCE(MAX(LEAST(a.need, 4)), 0), COALESCE(SUM(a.need > 4), 0),
+           GROUP_CONCAT(IF(a.need BETWEEN 1 AND 4, (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+                                             WHERE m.queue_name = in_queue AND m.group_key = a.g AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+                                             ORDER BY m.scheduled_at_initially, m.id
+                                             LIMIT 1
+                                               FOR UPDATE), NULL) SEPARATOR ',')  -- (NULL: none, skipped)
+      INTO v_rounds, v_many, v_ids
       FROM (SELECT u.g, u.hl, u.extra, GREATEST(1 + u.extra - u.n, 1 - u.hl) AS live,
                    GREATEST(COALESCE(lg.k, ld.k, 1) - GREATEST(1 + u.extra - u.n, 1 - u.hl), 0) AS need
               FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
@@ -562,11 +567,9 @@ BEGIN
                                extra INT PATH '$[3]')) AS h
                      WHERE h.extra IS NOT NULL  -- (a group row found)
                      GROUP BY h.g) AS u
-              LEFT JOIN pyqueue_group_limit lg FORCE INDEX (PRIMARY)
-                ON lg.queue_name = in_queue AND lg.group_key = u.g
-              LEFT JOIN pyqueue_group_limit ld FORCE INDEX (PRIMARY)
-                ON ld.queue_name = in_queue AND ld.group_key = ''
-             LIMIT 18446744073709551615) AS b;
+              LEFT JOIN pyqueue_group_limit lg FORCE INDEX (PRIMARY) ON lg.queue_name = in_queue AND lg.group_key = u.g
+              LEFT JOIN pyqueue_group_limit ld FORCE INDEX (PRIMARY) ON ld.queue_name = in_queue AND ld.group_key = ''
+             LIMIT 18446744073709551615) AS a;
     IF v_many > 0 THEN
         OPEN c_many;
         many: LOOP
@@ -608,60 +611,63 @@ BEGIN
                                   LIMIT 1
                                     FOR UPDATE) SEPARATOR ',')
               INTO v_ids
-              FROM JSON_TABLE(v_groups, '$[*]' COLUMNS (
-                        g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                        hl    INT PATH '$[1]',
-                        extra INT PATH '$[2]',
-                        live  INT PATH '$[3]',
-                        need  INT PATH '$[4]')) AS a
+              FROM (SELECT u.g, u.hl, u.extra, GREATEST(1 + u.extra - u.n, 1 - u.hl) AS live,
+                       GREATEST(COALESCE(lg.k, ld.k, 1) - GREATEST(1 + u.extra - u.n, 1 - u.hl), 0) AS need
+                  FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
+                          FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
+                                   g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                                   hl    INT PATH '$[2]',
+                                   extra INT PATH '$[3]')) AS h
+                         WHERE h.extra IS NOT NULL  -- (a group row found)
+                         GROUP BY h.g) AS u
+                  LEFT JOIN pyqueue_group_limit lg FORCE INDEX (PRIMARY) ON lg.queue_name = in_queue AND lg.group_key = u.g
+                  LEFT JOIN pyqueue_group_limit ld FORCE INDEX (PRIMARY) ON ld.queue_name = in_queue AND ld.group_key = ''
+                 LIMIT 18446744073709551615) AS a
              WHERE a.need BETWEEN v_round AND 4;
         END IF;
     END WHILE;
-    -- each group that changes: [group_key, its new head's id (its head left: its first live message, a locking read),
-    -- extra = live - 1 (-1: it goes)]
-    SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(y.g, y.hid, IF(y.hl = 1 AND y.hid IS NULL, -1, y.live + y.started - 1))
-                                    SEPARATOR ','), ']'),
-           COALESCE(SUM(y.live + y.started = 0 OR (y.hl = 1 AND y.hid IS NULL)), 0)
-      INTO v_final, v_gone
-      FROM (SELECT a.g, a.hl, a.live, COALESCE(s.n, 0) AS started,
+    -- the group rows that change (each is there, locked: the upsert updates it): a group whose head left names its
+    -- first live message (a locking read); extra = live - 1, or -1 for a group that goes (none live, none found live)
+    INSERT INTO pyqueue_group (queue_name, group_key, head_key, head_kind, extra)
+    SELECT in_queue, y.g, h.p_key, h.p_kind,
+           IF(y.live + y.started = 0 OR (y.hl = 1 AND h.id IS NULL), -1, y.live + y.started - 1)
+      FROM (SELECT a.g, a.hl, a.extra, a.live, COALESCE(s.n, 0) AS started,
                    IF(a.hl = 1 AND a.live + COALESCE(s.n, 0) > 0,
                       (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
                         WHERE m.queue_name = in_queue AND m.group_key = a.g AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
                         ORDER BY m.scheduled_at_initially, m.id
                         LIMIT 1
                           FOR UPDATE), NULL) AS hid
-              FROM JSON_TABLE(v_groups, '$[*]' COLUMNS (
-                            g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                            hl    INT PATH '$[1]',
-                            extra INT PATH '$[2]',
-                            live  INT PATH '$[3]',
-                            need  INT PATH '$[4]')) AS a
+              FROM (SELECT u.g, u.hl, u.extra, GREATEST(1 + u.extra - u.n, 1 - u.hl) AS live,
+                           GREATEST(COALESCE(lg.k, ld.k, 1) - GREATEST(1 + u.extra - u.n, 1 - u.hl), 0) AS need
+                      FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
+                              FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
+                                       g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                                       hl    INT PATH '$[2]',
+                                       extra INT PATH '$[3]')) AS h
+                             WHERE h.extra IS NOT NULL  -- (a group row found)
+                             GROUP BY h.g) AS u
+                      LEFT JOIN pyqueue_group_limit lg FORCE INDEX (PRIMARY) ON lg.queue_name = in_queue AND lg.group_key = u.g
+                      LEFT JOIN pyqueue_group_limit ld FORCE INDEX (PRIMARY) ON ld.queue_name = in_queue AND ld.group_key = ''
+                     LIMIT 18446744073709551615) AS a
               LEFT JOIN (SELECT m.group_key AS g, COUNT(*) AS n
                            FROM JSON_TABLE(CONCAT('[', v_started, ']'), '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS c
                            STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
                           GROUP BY m.group_key) AS s ON s.g = a.g
-             WHERE a.hl = 1 OR a.live + COALESCE(s.n, 0) - 1 <> a.extra
-             LIMIT 18446744073709551615) AS y;
-    -- the group rows that change (each is there, locked: the upsert updates it)
-    INSERT INTO pyqueue_group (queue_name, group_key, head_key, head_kind, extra)
-    SELECT in_queue, c.g, h.p_key, h.p_kind, c.extra
-      FROM JSON_TABLE(v_final, '$[*]' COLUMNS (
-               g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-               hid   BIGINT PATH '$[1]',
-               extra INT PATH '$[2]')) AS c
-      LEFT JOIN pyqueue_message h FORCE INDEX (PRIMARY) ON h.id = c.hid
-     WHERE c.extra >= 0
+             LIMIT 18446744073709551615) AS y
+      LEFT JOIN pyqueue_message h FORCE INDEX (PRIMARY) ON h.id = y.hid
+     WHERE y.hl = 1 OR y.live + y.started - 1 <> y.extra
     ON DUPLICATE KEY UPDATE head_key = IF(VALUES(head_key) IS NULL, head_key, VALUES(head_key)),
                             head_kind = IF(VALUES(head_key) IS NULL, head_kind, VALUES(head_kind)),
                             extra = VALUES(extra);
-    IF v_gone > 0 THEN
-        DELETE g
-          FROM JSON_TABLE(v_final, '$[*]' COLUMNS (
-                   c_g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
-                   c_extra INT PATH '$[2]')) AS c
-          STRAIGHT_JOIN pyqueue_group g FORCE INDEX (PRIMARY) ON g.queue_name = in_queue AND g.group_key = c.c_g
-         WHERE c.c_extra < 0;
-    END IF;
+    -- the emptied groups' rows
+    DELETE g
+      FROM (SELECT DISTINCT h.g
+              FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
+                       g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS h
+             LIMIT 18446744073709551615) AS u
+      STRAIGHT_JOIN pyqueue_group g FORCE INDEX (PRIMARY) ON g.queue_name = in_queue AND g.group_key = u.g
+     WHERE g.extra < 0;
 END //
 
 -- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key, result] of in_rows (the
