@@ -1,11 +1,9 @@
-"""MySQL/MariaDB: a batch commit of FIFO group messages settles all its groups in a few statements,
-not a few a group (pyqueue__groups_commit_settle): the first blocked messages of every group with
-room are found a round at a time by one locking read and started by one UPDATE by id, a group with
-room for more than 4 by one read and one UPDATE of its own; one upsert names the new heads and
-writes the group rows, one DELETE drops the emptied ones. What each group ends with is what it would end with one message at a time:
-the blocked messages first in group order start up to k live, the first live one is the head,
-extra = live - 1. Its reads are locking reads: inside a transaction the client opened, whose
-snapshot predates another connection's commit, the settle sees the group as it is now."""
+"""MySQL/MariaDB: a batch commit of FIFO group messages settles each of its groups once
+(pyqueue__groups_commit_settle) and each group ends as it would one message at a time: the blocked
+messages first in group order start up to k live (a group with room for more than 4 too), the
+first live one is the head, extra = live - 1, an emptied group's row goes. Its reads of a group's
+messages are locking reads: inside a transaction the client opened (as the worker's commit_many
+is), whose snapshot predates another connection's commit, the settle sees the group as it is now."""
 
 from __future__ import annotations
 
@@ -86,28 +84,6 @@ def live(conn, queue: str) -> dict[str, list[str]]:
 def group_rows(conn, queue: str) -> dict[str, tuple]:
     rows = call(conn, "SELECT group_key, head_key, extra FROM pyqueue_group WHERE queue_name = %s", queue)
     return {g: (head, extra) for g, head, extra in rows}
-
-
-def statements(conn) -> int:
-    rows = call(conn, "SHOW SESSION STATUS LIKE 'Com\\_%%'")
-    return sum(int(v) for _, v in rows if str(v).isdigit())
-
-
-def test_a_batch_commit_of_many_groups_runs_a_few_statements_not_a_few_a_group(main):
-    """40 groups of 6 messages at k = 3, every live one reserved and committed in one batch: each
-    group starts its next 3 and names the first as head, in a number of statements that does not
-    grow with the groups (a statement or three a group before: some 120 here)."""
-    queue = new_queue(main, 3)
-    groups = [f"g{i:02d}" for i in range(40)]
-    push(main, queue, [(g, f"{g}.{j}") for j in range(6) for g in groups])
-    held = reserve(main, queue, 200)
-    assert len(held) == 120
-    before = statements(main)
-    assert commit_batch(main, queue, held) == 120
-    spent = statements(main) - before
-    assert spent < 60, spent  # (the SHOW STATUS itself counts one)
-    assert live(main, queue) == {g: [f"{g}.3", f"{g}.4", f"{g}.5"] for g in groups}
-    assert group_rows(main, queue) == {g: (f"{g}.3", 2) for g in groups}
 
 
 def test_a_batch_commit_settles_each_group_as_one_at_a_time_would(main):

@@ -504,21 +504,14 @@ BEGIN
 END //
 
 -- pyqueue__groups_commit_settle: with their group rows locked, after the messages of in_held (as
--- pyqueue__groups_commit's) left: each group settled once for all of its that left, as pyqueue__group_next and
--- pyqueue__group_extra_left would one by one: live before = 1 + extra (the head and the others), after = that less the
--- ones that left; the blocked messages first in (scheduled_at_initially, id) order start while fewer than its limit k
--- (its own, else the queue's default, else 1) are live, due at their run time or in_now, whichever is later (at least
--- one when none is left live); a group whose head left names its first live message in that order as head; extra =
--- live - 1; a group with none live goes. A group without a row (none left) is skipped. A few statements for all the
--- groups, not a few a group: round j, ONE read of the first blocked message of each group with room for j more and
--- ONE UPDATE by id of what it found (a group with room for more than 4 takes all of its own by one read and one
--- UPDATE); then ONE upsert names the new heads and writes the group rows that change, and one DELETE drops the
--- emptied ones. Each statement reads the batch's groups from in_held again (a JSON list of them carried between
--- statements would be a GROUP_CONCAT of JSON_ARRAY, which keeps its arguments in a table on disk: a file made and
--- removed each call, about as much as the statements it saves on a worker's small batches). Every read of a group's
--- messages is a locking read (a subquery FOR UPDATE): the messages as they are now under the group rows' locks, never
--- as the snapshot of a transaction the client opened before has them (the worker's commit_many runs in one). Locks:
--- the started messages and the group's messages the reads step over, the group rows (held already).
+-- pyqueue__groups_commit's) left: each group settled once for all of its that left, in group_key order, as
+-- pyqueue__group_next and pyqueue__group_extra_left would one by one: live before = 1 + extra (the head and the
+-- others), after = that less the ones that left; the blocked messages first in (scheduled_at_initially, id) order
+-- start while fewer than its limit k (its own, else the queue's default, else 1) are live, due at their run time or
+-- in_now, whichever is later (one UPDATE ... ORDER BY ... LIMIT), or one when none is left live, whatever k; a group
+-- whose head left names its first live message in that order as head; extra = live - 1; a group with none live goes.
+-- A group without a row (none left) is skipped. Locks: the started messages (and the group's messages the ordered
+-- update steps over), the group rows (held already).
 DROP PROCEDURE IF EXISTS pyqueue__groups_commit_settle //
 CREATE PROCEDURE pyqueue__groups_commit_settle(
     IN in_queue VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -527,147 +520,65 @@ CREATE PROCEDURE pyqueue__groups_commit_settle(
 SQL SECURITY INVOKER
 BEGIN
     DECLARE v_group VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_ids LONGTEXT CHARACTER SET utf8mb4;
-    DECLARE v_started LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_need, v_rounds, v_many INT DEFAULT 0;
-    DECLARE v_round INT DEFAULT 1;
+    DECLARE v_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_left, v_head_left, v_extra, v_k, v_live, v_need, v_started INT;
     DECLARE v_end INT DEFAULT 0;
-    DECLARE c_many CURSOR FOR  -- the groups with room for more than 4, in group order
-        SELECT a.g, a.need FROM (SELECT u.g, u.hl, u.extra, GREATEST(1 + u.extra - u.n, 1 - u.hl) AS live,
-                                        GREATEST(COALESCE(lg.k, ld.k, 1) - GREATEST(1 + u.extra - u.n, 1 - u.hl), 0) AS need
-                                   FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
-                                           FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
-                                                    g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                                                    hl    INT PATH '$[2]',
-                                                    extra INT PATH '$[3]')) AS h
-                                          WHERE h.extra IS NOT NULL  -- (a group row found)
-                                          GROUP BY h.g) AS u
-                                   LEFT JOIN pyqueue_group_limit lg FORCE INDEX (PRIMARY) ON lg.queue_name = in_queue AND lg.group_key = u.g
-                                   LEFT JOIN pyqueue_group_limit ld FORCE INDEX (PRIMARY) ON ld.queue_name = in_queue AND ld.group_key = ''
-                                  LIMIT 18446744073709551615) AS a
-         WHERE a.need > 4
+    DECLARE c_groups CURSOR FOR
+        SELECT a.g, a.n, a.hl, a.extra,
+               COALESCE((SELECT l.k FROM pyqueue_group_limit l WHERE l.queue_name = in_queue AND l.group_key = a.g),
+                        (SELECT l.k FROM pyqueue_group_limit l WHERE l.queue_name = in_queue AND l.group_key = ''), 1)
+          FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
+                  FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
+                           g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+                           hl    INT PATH '$[2]',
+                           extra INT PATH '$[3]')) AS h
+                 WHERE h.extra IS NOT NULL  -- (a group row found)
+                 GROUP BY h.g) AS a
          ORDER BY a.g;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
-    -- the rounds, the groups with room for more than 4, and round 1: the first blocked message of each group with room
-    -- for 1 to 4 (the derived tables kept whole, LIMIT 18446744073709551615: a condition on a column made by a
-    -- subquery, pushed into them, named a column it could not see)
-    SELECT COALESCE(MAX(LEAST(a.need, 4)), 0), COALESCE(SUM(a.need > 4), 0),
-           GROUP_CONCAT(IF(a.need BETWEEN 1 AND 4, (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
-                                             WHERE m.queue_name = in_queue AND m.group_key = a.g AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
-                                             ORDER BY m.scheduled_at_initially, m.id
-                                             LIMIT 1
-                                               FOR UPDATE), NULL) SEPARATOR ',')  -- (NULL: none, skipped)
-      INTO v_rounds, v_many, v_ids
-      FROM (SELECT u.g, u.hl, u.extra, GREATEST(1 + u.extra - u.n, 1 - u.hl) AS live,
-                   GREATEST(COALESCE(lg.k, ld.k, 1) - GREATEST(1 + u.extra - u.n, 1 - u.hl), 0) AS need
-              FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
-                      FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
-                               g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                               hl    INT PATH '$[2]',
-                               extra INT PATH '$[3]')) AS h
-                     WHERE h.extra IS NOT NULL  -- (a group row found)
-                     GROUP BY h.g) AS u
-              LEFT JOIN pyqueue_group_limit lg FORCE INDEX (PRIMARY) ON lg.queue_name = in_queue AND lg.group_key = u.g
-              LEFT JOIN pyqueue_group_limit ld FORCE INDEX (PRIMARY) ON ld.queue_name = in_queue AND ld.group_key = ''
-             LIMIT 18446744073709551615) AS a;
-    IF v_many > 0 THEN
-        OPEN c_many;
-        many: LOOP
-            FETCH c_many INTO v_group, v_need;
-            IF v_end = 1 THEN LEAVE many; END IF;
-            BEGIN
-                DECLARE v_mine LONGTEXT CHARACTER SET utf8mb4;
-                SELECT GROUP_CONCAT(d.id SEPARATOR ',') INTO v_mine
-                  FROM (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
-                         WHERE m.queue_name = in_queue AND m.group_key = v_group AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
-                         ORDER BY m.scheduled_at_initially, m.id
-                         LIMIT v_need
-                           FOR UPDATE) AS d;
-                IF v_mine IS NOT NULL THEN
-                    UPDATE JSON_TABLE(CONCAT('[', v_mine, ']'), '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS c
-                           STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-                       SET m.scheduled_at = GREATEST(m.scheduled_at_initially, in_now),
-                           m.ready_at = GREATEST(m.scheduled_at_initially, in_now)
-                     WHERE m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
-                    SET v_started = CONCAT(v_started, IF(v_started = '', '', ','), v_mine);
-                END IF;
-            END;
-        END LOOP;
-        CLOSE c_many;
-    END IF;
-    WHILE v_ids IS NOT NULL DO
-        UPDATE JSON_TABLE(CONCAT('[', v_ids, ']'), '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS c
-               STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-           SET m.scheduled_at = GREATEST(m.scheduled_at_initially, in_now),
-               m.ready_at = GREATEST(m.scheduled_at_initially, in_now)
-         WHERE m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999';
-        SET v_started = CONCAT(v_started, IF(v_started = '', '', ','), v_ids);
-        SET v_round = v_round + 1, v_ids = NULL;
-        IF v_round <= v_rounds THEN
-            -- round j: the first blocked message of each group with room for j more
-            SELECT GROUP_CONCAT((SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
-                                  WHERE m.queue_name = in_queue AND m.group_key = a.g AND m.scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
-                                  ORDER BY m.scheduled_at_initially, m.id
-                                  LIMIT 1
-                                    FOR UPDATE) SEPARATOR ',')
-              INTO v_ids
-              FROM (SELECT u.g, u.hl, u.extra, GREATEST(1 + u.extra - u.n, 1 - u.hl) AS live,
-                       GREATEST(COALESCE(lg.k, ld.k, 1) - GREATEST(1 + u.extra - u.n, 1 - u.hl), 0) AS need
-                  FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
-                          FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
-                                   g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                                   hl    INT PATH '$[2]',
-                                   extra INT PATH '$[3]')) AS h
-                         WHERE h.extra IS NOT NULL  -- (a group row found)
-                         GROUP BY h.g) AS u
-                  LEFT JOIN pyqueue_group_limit lg FORCE INDEX (PRIMARY) ON lg.queue_name = in_queue AND lg.group_key = u.g
-                  LEFT JOIN pyqueue_group_limit ld FORCE INDEX (PRIMARY) ON ld.queue_name = in_queue AND ld.group_key = ''
-                 LIMIT 18446744073709551615) AS a
-             WHERE a.need BETWEEN v_round AND 4;
+    OPEN c_groups;
+    each_group: LOOP
+        FETCH c_groups INTO v_group, v_left, v_head_left, v_extra, v_k;
+        IF v_end = 1 THEN LEAVE each_group; END IF;
+        SET v_live = GREATEST(1 + v_extra - v_left, 1 - v_head_left), v_started = 0;
+        SET v_need = GREATEST(v_k - v_live, 0);
+        IF v_need > 0 THEN
+            UPDATE pyqueue_message FORCE INDEX (pyqueue_message_group_idx)
+               SET scheduled_at = GREATEST(scheduled_at_initially, in_now), ready_at = scheduled_at
+             WHERE queue_name = in_queue AND group_key = v_group
+               AND scheduled_at = TIMESTAMP '9999-12-31 23:59:59.999999'
+             ORDER BY scheduled_at_initially, id
+             LIMIT v_need;
+            SET v_started = ROW_COUNT();
         END IF;
-    END WHILE;
-    -- the group rows that change (each is there, locked: the upsert updates it): a group whose head left names its
-    -- first live message (a locking read); extra = live - 1, or -1 for a group that goes (none live, none found live)
-    INSERT INTO pyqueue_group (queue_name, group_key, head_key, head_kind, extra)
-    SELECT in_queue, y.g, h.p_key, h.p_kind,
-           IF(y.live + y.started = 0 OR (y.hl = 1 AND h.id IS NULL), -1, y.live + y.started - 1)
-      FROM (SELECT a.g, a.hl, a.extra, a.live, COALESCE(s.n, 0) AS started,
-                   IF(a.hl = 1 AND a.live + COALESCE(s.n, 0) > 0,
-                      (SELECT m.id FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
-                        WHERE m.queue_name = in_queue AND m.group_key = a.g AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
-                        ORDER BY m.scheduled_at_initially, m.id
-                        LIMIT 1
-                          FOR UPDATE), NULL) AS hid
-              FROM (SELECT u.g, u.hl, u.extra, GREATEST(1 + u.extra - u.n, 1 - u.hl) AS live,
-                           GREATEST(COALESCE(lg.k, ld.k, 1) - GREATEST(1 + u.extra - u.n, 1 - u.hl), 0) AS need
-                      FROM (SELECT h.g, COUNT(*) AS n, MAX(h.hl) AS hl, MAX(h.extra) AS extra
-                              FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
-                                       g     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
-                                       hl    INT PATH '$[2]',
-                                       extra INT PATH '$[3]')) AS h
-                             WHERE h.extra IS NOT NULL  -- (a group row found)
-                             GROUP BY h.g) AS u
-                      LEFT JOIN pyqueue_group_limit lg FORCE INDEX (PRIMARY) ON lg.queue_name = in_queue AND lg.group_key = u.g
-                      LEFT JOIN pyqueue_group_limit ld FORCE INDEX (PRIMARY) ON ld.queue_name = in_queue AND ld.group_key = ''
-                     LIMIT 18446744073709551615) AS a
-              LEFT JOIN (SELECT m.group_key AS g, COUNT(*) AS n
-                           FROM JSON_TABLE(CONCAT('[', v_started, ']'), '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS c
-                           STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
-                          GROUP BY m.group_key) AS s ON s.g = a.g
-             LIMIT 18446744073709551615) AS y
-      LEFT JOIN pyqueue_message h FORCE INDEX (PRIMARY) ON h.id = y.hid
-     WHERE y.hl = 1 OR y.live + y.started - 1 <> y.extra
-    ON DUPLICATE KEY UPDATE head_key = IF(VALUES(head_key) IS NULL, head_key, VALUES(head_key)),
-                            head_kind = IF(VALUES(head_key) IS NULL, head_kind, VALUES(head_kind)),
-                            extra = VALUES(extra);
-    -- the emptied groups' rows
-    DELETE g
-      FROM (SELECT DISTINCT h.g
-              FROM JSON_TABLE(in_held, '$[*]' COLUMNS (
-                       g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]')) AS h
-             LIMIT 18446744073709551615) AS u
-      STRAIGHT_JOIN pyqueue_group g FORCE INDEX (PRIMARY) ON g.queue_name = in_queue AND g.group_key = u.g
-     WHERE g.extra < 0;
+        IF v_live + v_started = 0 THEN
+            DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = v_group;
+        ELSEIF v_head_left = 1 OR v_live = 0 THEN
+            SET v_key = NULL;
+            BEGIN
+                DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_key = NULL;
+                -- the first live one in the group's order (a locking read: as it is now)
+                SELECT m.p_key, m.p_kind INTO v_key, v_kind
+                  FROM pyqueue_message m FORCE INDEX (pyqueue_message_group_idx)
+                 WHERE m.queue_name = in_queue AND m.group_key = v_group
+                   AND m.scheduled_at < TIMESTAMP '9999-12-31 23:59:59.999999'
+                 ORDER BY m.scheduled_at_initially, m.id
+                 LIMIT 1
+                   FOR UPDATE;
+            END;
+            IF v_key IS NULL THEN
+                DELETE FROM pyqueue_group WHERE queue_name = in_queue AND group_key = v_group;
+            ELSE
+                UPDATE pyqueue_group SET head_key = v_key, head_kind = v_kind, extra = v_live + v_started - 1
+                 WHERE queue_name = in_queue AND group_key = v_group;
+            END IF;
+        ELSEIF v_live + v_started - 1 <> v_extra THEN
+            UPDATE pyqueue_group SET extra = v_live + v_started - 1
+             WHERE queue_name = in_queue AND group_key = v_group;
+        END IF;
+    END LOOP;
+    CLOSE c_groups;
 END //
 
 -- pyqueue__groups_leave: pyqueue__group_leave for each [id, p_key, p_kind, token, group_key, result] of in_rows (the
