@@ -375,7 +375,7 @@ END //
 -- in_rows ([id, p_key, p_kind, token, group_key, result], the result given on a queue that keeps results only) that
 -- their token still holds leave together, as each would through pyqueue__group_leave, in one transaction (in_own = 1:
 -- of its own, run again on a deadlock). Steps: the batch's group rows locked in group_key order (one statement, the
--- groups sorted first); the messages still held locked, each read with its group row (head, extra); their outcomes
+-- groups sorted first in it); the messages still held locked, each read with its group row (head, extra); their outcomes
 -- 'succeeded' recorded (in_results), archived (the queue keeps history), the occurrences of a schedule advanced (as
 -- queue_commit), the rows deleted by id re-checking each token; then each group settled once for all its messages
 -- that left (pyqueue__groups_commit_settle), and the messages that wait for them told. out_done: how many left.
@@ -391,7 +391,7 @@ CREATE PROCEDURE pyqueue__groups_commit(
     OUT out_done   INT)
 SQL SECURITY INVOKER
 BEGIN
-    DECLARE v_groups, v_held, v_deps LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_held, v_deps LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_history BOOLEAN;
     DECLARE v_i, v_n, v_occs, v_retry INT;
     DECLARE v_tries INT DEFAULT 0;
@@ -400,33 +400,38 @@ BEGIN
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION group_concat_max_len = v_gcl; RESIGNAL; END;
     SELECT MAX(q.history_retention) IS NOT NULL INTO v_history FROM pyqueue_queue q WHERE q.queue_name = in_queue;
     SET SESSION group_concat_max_len = GREATEST(v_gcl, @@max_allowed_packet);
-    -- the batch's groups, sorted: their rows are locked in that order
-    SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_QUOTE(r.g) ORDER BY r.g SEPARATOR ','), ']') INTO v_groups
-      FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
-               g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]')) AS r
-     WHERE r.g IS NOT NULL;
     REPEAT
         SET v_retry = 0, v_tries = v_tries + 1, out_done = 0;
         BEGIN
             DECLARE EXIT HANDLER FOR 1213, 1467 BEGIN IF v_own = 1 THEN ROLLBACK; END IF; IF v_own = 1 AND v_tries < 10 THEN SET v_retry = 1; ELSE RESIGNAL; END IF; END;
             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN IF in_own = 1 THEN ROLLBACK; END IF; RESIGNAL; END;
             IF in_own = 1 THEN START TRANSACTION; END IF;
+            -- the batch's group rows, locked in group_key order: the groups sorted in a derived table read first (no
+            -- JSON list of them: a GROUP_CONCAT of JSON_QUOTE keeps its arguments in a table on disk)
             SELECT COUNT(*) INTO v_n
-              FROM JSON_TABLE(v_groups, '$[*]' COLUMNS (
-                       g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS u
+              FROM (SELECT DISTINCT r.g
+                      FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (
+                               g VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[4]')) AS r
+                     WHERE r.g IS NOT NULL
+                     ORDER BY r.g
+                     LIMIT 18446744073709551615) AS u
               STRAIGHT_JOIN pyqueue_group g FORCE INDEX (PRIMARY) ON g.queue_name = in_queue AND g.group_key = u.g
                FOR UPDATE;
             -- the messages still held, locked, each with its group row as it is now (a locking read, whatever the
             -- snapshot): [id, group_key, is its head, extra, p_key, p_kind, a schedule's occurrence]
-            SELECT CONCAT('[', GROUP_CONCAT(DISTINCT JSON_ARRAY(m.id, m.group_key,
+            -- (a reservation named twice: once, its id and token made distinct first, not the JSON rows: a DISTINCT
+            -- of those keeps a hash of each in a table on disk)
+            SELECT CONCAT('[', GROUP_CONCAT(JSON_ARRAY(m.id, m.group_key,
                                                        COALESCE(g.head_key = m.p_key AND g.head_kind = m.p_kind, 0),
                                                        g.extra, m.p_key, m.p_kind,
                                                        m.p_key LIKE '%@____-__-__T__:__:__Z')
                                             SEPARATOR ','), ']'),
-                   COUNT(DISTINCT m.id), COUNT(DISTINCT IF(m.p_key LIKE '%@____-__-__T__:__:__Z', m.id, NULL))
+                   COUNT(*), COALESCE(SUM(m.p_key LIKE '%@____-__-__T__:__:__Z'), 0)
               INTO v_held, v_n, v_occs
-              FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
-                       c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS c
+              FROM (SELECT DISTINCT j.c_id, j.c_token
+                      FROM JSON_TABLE(in_rows, '$[*]' COLUMNS (c_id BIGINT PATH '$[0]',
+                               c_token CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]')) AS j
+                     LIMIT 18446744073709551615) AS c
               STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = c.c_id
               LEFT JOIN pyqueue_group g FORCE INDEX (PRIMARY)
                 ON g.queue_name = m.queue_name AND g.group_key = m.group_key

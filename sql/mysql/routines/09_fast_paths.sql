@@ -522,7 +522,11 @@ BEGIN
     CALL pyqueue__commit_batch_args(in_queue, in_keys, in_kinds, in_tokens, in_results,
                                     v_queue, v_n, v_history, v_results, v_one_kind, v_kind, v_occs);
     IF v_n > 0 THEN
-        IF NOT v_history AND NOT v_results AND v_occs = 0 THEN
+        -- a queue with FIFO groups (a group row for each that has live messages, committed before any of them was
+        -- reserved): its messages are located first, unlocked, so that their group rows are locked before them (the
+        -- plain DELETE locks each row it reads, a grouped one too, before it finds it grouped)
+        IF NOT v_history AND NOT v_results AND v_occs = 0
+           AND NOT EXISTS (SELECT 1 FROM pyqueue_group g WHERE g.queue_name = v_queue) THEN
             CALL pyqueue__commit_batch_plain(v_queue, in_keys, in_kinds, in_tokens, v_one_kind, v_kind, v_done);
             IF v_done < v_n THEN
                 -- the rest: messages of FIFO groups (or tokens that no longer hold)
