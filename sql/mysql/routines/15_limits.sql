@@ -304,7 +304,8 @@ END //
 -- call may take first (pyqueue__limited_allowance: the free slots of the limited kind, the free units of the rate,
 -- locked), then pages of ready ids of priority 0 read plainly in FIFO order, at most as many as units are left and
 -- of the limited kind at most as many as slots are left (one past them is left ready for a later call: too few
--- hand-outs, never too many), each page locked by id FOR UPDATE SKIP LOCKED re-checking each on its newest version;
+-- hand-outs, never too many; a page that cannot meet more of the limited kind than its slots left is read without
+-- numbering them), each page locked by id FOR UPDATE SKIP LOCKED re-checking each on its newest version;
 -- then ONE UPDATE claims them (pyqueue__claim_short_batch's tokens from in_secret), ONE gives the claims of the
 -- limited kind their slots (msg_attempts as claimed, msg_until the lease's end) and ONE writes the units used with
 -- the reservation's time (those locked and not used stay as they were). out_ids and
@@ -372,14 +373,23 @@ BEGIN
             END IF;
             SET v_at = @pyqueue__full_at, v_id = 9223372036854775807, v_marked = TRUE;  -- from the mark (see above)
         END IF;
-        IF v_kind IS NULL THEN  -- a queue-wide rate alone: every row of the page claimable, in its order (no numbering)
+        IF v_kind IS NULL OR NOT (v_full OR v_mixed) THEN
+            -- a queue-wide rate alone, or the limited kind not full and no other kind met yet (a page of at most its
+            -- slots left): every row of the page claimable, in its order (no numbering); as below otherwise
             SELECT COUNT(*), MAX(d.ready_at), SUBSTRING_INDEX(GROUP_CONCAT(d.id ORDER BY d.ready_at, d.id SEPARATOR ','), ',', -1),
                    GROUP_CONCAT(d.id ORDER BY d.ready_at, d.id SEPARATOR ','),
                    (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_order_idx)
                      WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
-                   OR COALESCE(MAX(d.due), FALSE), v_mixed OR COUNT(*) > 0, NULL
+                   OR COALESCE(MAX(d.due), FALSE), v_mixed OR COALESCE(MIN(d.lim), 1) = 0,
+                   IF(v_kind IS NULL OR NOT (@pyqueue__full_key = v_mkey)
+                      OR NOT (@pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND), NULL,
+                      (SELECT COUNT(*) FROM (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_order_idx)
+                                              WHERE a.queue_name = in_queue AND a.priority = 0
+                                                AND a.ready_at > @pyqueue__full_at AND a.ready_at <= v_now
+                                                AND a.scheduled_at <= v_now
+                                              LIMIT 1) AS a))
               INTO v_got, v_at, v_id, v_cand, v_below, v_mixed, v_after
-              FROM (SELECT m.id, m.ready_at,
+              FROM (SELECT m.id, m.ready_at, m.p_kind <=> v_kind AS lim,
                            (in_max IS NOT NULL AND m.attempts >= in_max)
                            OR COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
                               AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS due
