@@ -381,13 +381,12 @@ BEGIN
                    (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_order_idx)
                      WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
                    OR COALESCE(MAX(d.due), FALSE), v_mixed OR COALESCE(MIN(d.lim), 1) = 0,
+                   -- (as below; EXISTS, not a count of a derived table: no temporary table made for the rate's pages)
                    IF(v_kind IS NULL OR NOT (@pyqueue__full_key = v_mkey)
                       OR NOT (@pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND), NULL,
-                      (SELECT COUNT(*) FROM (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_order_idx)
-                                              WHERE a.queue_name = in_queue AND a.priority = 0
-                                                AND a.ready_at > @pyqueue__full_at AND a.ready_at <= v_now
-                                                AND a.scheduled_at <= v_now
-                                              LIMIT 1) AS a))
+                      EXISTS (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_order_idx)
+                               WHERE a.queue_name = in_queue AND a.priority = 0
+                                 AND a.ready_at > @pyqueue__full_at AND a.ready_at <= v_now AND a.scheduled_at <= v_now))
               INTO v_got, v_at, v_id, v_cand, v_below, v_mixed, v_after
               FROM (SELECT m.id, m.ready_at, m.p_kind <=> v_kind AS lim,
                            (in_max IS NOT NULL AND m.attempts >= in_max)
