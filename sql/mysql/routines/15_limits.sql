@@ -304,7 +304,8 @@ END //
 -- call may take first (pyqueue__limited_allowance: the free slots of the limited kind, the free units of the rate,
 -- locked), then pages of ready ids of priority 0 read plainly in FIFO order, at most as many as units are left and
 -- of the limited kind at most as many as slots are left (one past them is left ready for a later call: too few
--- hand-outs, never too many), each page locked by id FOR UPDATE SKIP LOCKED re-checking each on its newest version;
+-- hand-outs, never too many; a page that cannot meet more of the limited kind than its slots left is read without
+-- numbering them), each page locked by id FOR UPDATE SKIP LOCKED re-checking each on its newest version;
 -- then ONE UPDATE claims them (pyqueue__claim_short_batch's tokens from in_secret), ONE gives the claims of the
 -- limited kind their slots (msg_attempts as claimed, msg_until the lease's end) and ONE writes the units used with
 -- the reservation's time (those locked and not used stay as they were). out_ids and
@@ -346,7 +347,7 @@ BEGIN
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids, v_latts LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_lim_ids, v_lim_atts LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_full, v_marked, v_mixed BOOLEAN DEFAULT FALSE;
+    DECLARE v_full, v_marked, v_mixed, v_whole BOOLEAN DEFAULT FALSE;
     DECLARE v_after, v_first, v_hi, v_lo2, v_hi2 INT;
     DECLARE v_ucsv LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_t0 DATETIME(6);
@@ -372,35 +373,61 @@ BEGIN
             END IF;
             SET v_at = @pyqueue__full_at, v_id = 9223372036854775807, v_marked = TRUE;  -- from the mark (see above)
         END IF;
-        -- a page in FIFO order (the limited kind left out once its slots are used), its ids as allowed: the limited
-        -- kind's past the slots left dropped
-        SELECT COUNT(*), MAX(w.ready_at),
-               SUBSTRING_INDEX(GROUP_CONCAT(w.id ORDER BY w.ready_at, w.id SEPARATOR ','), ',', -1),
-               GROUP_CONCAT(IF(w.lim AND w.rn > v_slots - v_lused, NULL, w.id) ORDER BY w.ready_at, w.id SEPARATOR ','),
-               (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_order_idx)
-                 WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
-               OR COALESCE(MAX(w.due), FALSE), v_mixed OR COALESCE(MIN(w.lim), 1) = 0,
-               -- (the kind not full yet and a live mark: is any message ready after it? One entry of the index)
-               IF(v_full OR v_kind IS NULL OR NOT (@pyqueue__full_key = v_mkey)
-                  OR NOT (@pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND), NULL,
-                  (SELECT COUNT(*) FROM (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_order_idx)
-                                          WHERE a.queue_name = in_queue AND a.priority = 0
-                                            AND a.ready_at > @pyqueue__full_at AND a.ready_at <= v_now
-                                            AND a.scheduled_at <= v_now
-                                          LIMIT 1) AS a))
-          INTO v_got, v_at, v_id, v_cand, v_below, v_mixed, v_after
-          FROM (SELECT d.id, d.ready_at, d.lim, d.due,
-                       ROW_NUMBER() OVER (PARTITION BY d.lim ORDER BY d.ready_at, d.id) AS rn
-                  FROM (SELECT m.id, m.ready_at, m.p_kind <=> v_kind AS lim,
-                               (in_max IS NOT NULL AND m.attempts >= in_max)
-                               OR COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
-                                  AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS due
-                          FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
-                         WHERE m.queue_name = in_queue AND m.priority = 0 AND m.ready_at <= v_now AND m.scheduled_at <= v_now
-                           AND (v_at IS NULL OR m.ready_at > v_at OR (m.ready_at = v_at AND m.id > v_id))
-                        HAVING v_lused < v_slots OR NOT lim OR due  -- (a full kind's, only one due: the general way)
-                         ORDER BY m.priority, m.ready_at, m.id
-                         LIMIT v_k) AS d) AS w;
+        IF v_kind IS NULL OR NOT (v_full OR v_mixed) THEN
+            -- a queue-wide rate alone, or the limited kind not full and no other kind met yet (a page of at most its
+            -- slots left): every row of the page claimable, in its order (no numbering); as below otherwise
+            SELECT COUNT(*), MAX(d.ready_at), SUBSTRING_INDEX(GROUP_CONCAT(d.id ORDER BY d.ready_at, d.id SEPARATOR ','), ',', -1),
+                   GROUP_CONCAT(d.id ORDER BY d.ready_at, d.id SEPARATOR ','),
+                   (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_order_idx)
+                     WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
+                   OR COALESCE(MAX(d.due), FALSE), v_mixed OR COALESCE(MIN(d.lim), 1) = 0,
+                   -- (as below; EXISTS, not a count of a derived table: no temporary table made for the rate's pages)
+                   IF(v_kind IS NULL OR NOT (@pyqueue__full_key = v_mkey)
+                      OR NOT (@pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND), NULL,
+                      EXISTS (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_order_idx)
+                               WHERE a.queue_name = in_queue AND a.priority = 0
+                                 AND a.ready_at > @pyqueue__full_at AND a.ready_at <= v_now AND a.scheduled_at <= v_now))
+              INTO v_got, v_at, v_id, v_cand, v_below, v_mixed, v_after
+              FROM (SELECT m.id, m.ready_at, m.p_kind <=> v_kind AS lim,
+                           (in_max IS NOT NULL AND m.attempts >= in_max)
+                           OR COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                              AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS due
+                      FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
+                     WHERE m.queue_name = in_queue AND m.priority = 0 AND m.ready_at <= v_now AND m.scheduled_at <= v_now
+                       AND (v_at IS NULL OR m.ready_at > v_at OR (m.ready_at = v_at AND m.id > v_id))
+                     ORDER BY m.priority, m.ready_at, m.id
+                     LIMIT v_k) AS d;
+        ELSE
+            -- a page in FIFO order (the limited kind left out once its slots are used), its ids as allowed: the limited
+            -- kind's past the slots left dropped
+            SELECT COUNT(*), MAX(w.ready_at),
+                   SUBSTRING_INDEX(GROUP_CONCAT(w.id ORDER BY w.ready_at, w.id SEPARATOR ','), ',', -1),
+                   GROUP_CONCAT(IF(w.lim AND w.rn > v_slots - v_lused, NULL, w.id) ORDER BY w.ready_at, w.id SEPARATOR ','),
+                   (SELECT b.priority FROM pyqueue_message b FORCE INDEX (pyqueue_message_order_idx)
+                     WHERE b.queue_name = in_queue AND b.priority < 0 ORDER BY b.priority DESC LIMIT 1) IS NOT NULL
+                   OR COALESCE(MAX(w.due), FALSE), v_mixed OR COALESCE(MIN(w.lim), 1) = 0,
+                   -- (the kind not full yet and a live mark: is any message ready after it? One entry of the index)
+                   IF(v_full OR v_kind IS NULL OR NOT (@pyqueue__full_key = v_mkey)
+                      OR NOT (@pyqueue__full_until BETWEEN v_now AND v_now + INTERVAL 60 SECOND), NULL,
+                      (SELECT COUNT(*) FROM (SELECT 1 FROM pyqueue_message a FORCE INDEX (pyqueue_message_order_idx)
+                                              WHERE a.queue_name = in_queue AND a.priority = 0
+                                                AND a.ready_at > @pyqueue__full_at AND a.ready_at <= v_now
+                                                AND a.scheduled_at <= v_now
+                                              LIMIT 1) AS a))
+              INTO v_got, v_at, v_id, v_cand, v_below, v_mixed, v_after
+              FROM (SELECT d.id, d.ready_at, d.lim, d.due,
+                           ROW_NUMBER() OVER (PARTITION BY d.lim ORDER BY d.ready_at, d.id) AS rn
+                      FROM (SELECT m.id, m.ready_at, m.p_kind <=> v_kind AS lim,
+                                   (in_max IS NOT NULL AND m.attempts >= in_max)
+                                   OR COALESCE(m.headers IS NOT NULL AND m.dead_from IS NULL
+                                      AND JSON_UNQUOTE(JSON_EXTRACT(m.headers, '$."pyqueue.expires_at"')) <= v_clock, FALSE) AS due
+                              FROM pyqueue_message m FORCE INDEX (pyqueue_message_order_idx)
+                             WHERE m.queue_name = in_queue AND m.priority = 0 AND m.ready_at <= v_now AND m.scheduled_at <= v_now
+                               AND (v_at IS NULL OR m.ready_at > v_at OR (m.ready_at = v_at AND m.id > v_id))
+                            HAVING v_lused < v_slots OR NOT lim OR due  -- (a full kind's, only one due: the general way)
+                             ORDER BY m.priority, m.ready_at, m.id
+                             LIMIT v_k) AS d) AS w;
+        END IF;
         IF v_full AND NOT v_below AND v_got < v_k THEN  -- read to the end: up to v_now none but the full kind's left
             IF NOT v_marked THEN  -- (read from the start)
                 SET @pyqueue__full_until = UTC_TIMESTAMP(6) + INTERVAL LEAST(60000000,
@@ -457,14 +484,17 @@ BEGIN
             -- table keyed by the long primary key, on disk. The list ascends from the unit the session took last, then from
             -- the first: two ranges; a unit in one but not in the list is left as it is, at READ COMMITTED not waited for.)
             SET v_ucsv = REPLACE(REPLACE(REPLACE(v_unit_list, '[', ''), ']', ''), ' ', ''), v_first = JSON_EXTRACT(v_unit_list, '$[0]');
-            SELECT MAX(IF(j.u >= v_first, j.u, NULL)), MIN(IF(j.u < v_first, j.u, NULL)), MAX(IF(j.u < v_first, j.u, NULL))
-              INTO v_hi, v_lo2, v_hi2 FROM JSON_TABLE(v_unit_list, '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
+            -- (v_whole: the ranges hold the units used and no other, as when none was skipped: no list to look up)
+            SELECT MAX(IF(j.u >= v_first, j.u, NULL)), MIN(IF(j.u < v_first, j.u, NULL)), MAX(IF(j.u < v_first, j.u, NULL)),
+                   COUNT(*) = MAX(IF(j.u >= v_first, j.u, NULL)) - v_first + 1
+                              + COALESCE(MAX(IF(j.u < v_first, j.u, NULL)) - MIN(IF(j.u < v_first, j.u, NULL)) + 1, 0)
+              INTO v_hi, v_lo2, v_hi2, v_whole FROM JSON_TABLE(v_unit_list, '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
              WHERE j.o <= out_count;
             UPDATE pyqueue_rate_slot s FORCE INDEX (PRIMARY)
                SET s.used_at = v_now
              WHERE s.queue_name = in_queue AND s.p_kind = ''
                AND (s.slot_no BETWEEN v_first AND v_hi OR s.slot_no BETWEEN v_lo2 AND v_hi2)
-               AND FIND_IN_SET(s.slot_no, v_ucsv) BETWEEN 1 AND out_count;
+               AND (v_whole OR FIND_IN_SET(s.slot_no, v_ucsv) BETWEEN 1 AND out_count);
         END IF;
     END IF;
 END //
