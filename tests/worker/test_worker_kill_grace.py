@@ -70,7 +70,7 @@ def _alive(pid: int) -> bool:
     try:  # a zombie its supervisor has not reaped yet has ended
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped meanwhile: the read of its stat fails with ESRCH
         return False
 
 
