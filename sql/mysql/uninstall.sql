@@ -213,6 +213,7 @@ DROP PROCEDURE IF EXISTS pyqueue__limited_give_back;
 DROP PROCEDURE IF EXISTS pyqueue__limited_admit;
 DROP PROCEDURE IF EXISTS pyqueue__limited_candidate;
 DROP PROCEDURE IF EXISTS pyqueue__claim_limited_batch;
+DROP PROCEDURE IF EXISTS pyqueue__claim_limited_write;
 DROP PROCEDURE IF EXISTS pyqueue__limited_allowance;
 DROP PROCEDURE IF EXISTS pyqueue__result;
 DROP PROCEDURE IF EXISTS pyqueue__check_result_size;

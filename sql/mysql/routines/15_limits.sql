@@ -347,9 +347,8 @@ BEGIN
     DECLARE v_kind VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_free, v_unit_list, v_cand, v_ids, v_lids, v_latts LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_lim_ids, v_lim_atts LONGTEXT CHARACTER SET utf8mb4 DEFAULT '';
-    DECLARE v_full, v_marked, v_mixed, v_whole BOOLEAN DEFAULT FALSE;
-    DECLARE v_after, v_first, v_hi, v_lo2, v_hi2 INT;
-    DECLARE v_ucsv LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_full, v_marked, v_mixed BOOLEAN DEFAULT FALSE;
+    DECLARE v_after INT;
     DECLARE v_t0 DATETIME(6);
     DECLARE v_mkey LONGTEXT CHARACTER SET utf8mb4;
     SET out_ids = '', out_count = 0;
@@ -461,40 +460,73 @@ BEGIN
     IF v_ok = 1 AND (v_below OR (in_max IS NOT NULL AND v_max_att >= in_max) OR v_any_exp) THEN
         SET out_ids = NULL, out_count = NULL;
     ELSEIF v_ok = 1 THEN
-        SET out_ids = CONCAT('[', out_ids, ']'), v_free = REPLACE(REPLACE(REPLACE(v_free, '[', ''), ']', ''), ' ', '');
-        UPDATE JSON_TABLE(out_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS j
+        CALL pyqueue__claim_limited_write(in_queue, in_worker, in_secret, v_now, v_until, v_kind, v_free, v_unit_list,
+                                          v_lim_ids, v_lim_atts, v_lused, out_ids, out_count);
+    END IF;
+END //
+
+
+-- pyqueue__claim_limited_write: pyqueue__claim_limited_batch's writes, once its walk locked the messages io_ids
+-- (comma-separated, io_count of them; in_lim_ids / in_lim_atts: those of the limited kind in_kind and their
+-- attempts as locked, in_lused of them): ONE UPDATE claims them (tokens from in_secret, the lease to in_until),
+-- ONE gives the claims of the limited kind the free slots in_free (a JSON array, in order), ONE writes the rate's
+-- units used (in_unit_list, in order) with the reservation's time in_now. io_ids becomes the JSON array of the
+-- claimed ids; NULL, with io_count, should a write not find what the walk locked (never: the rows are locked).
+DROP PROCEDURE IF EXISTS pyqueue__claim_limited_write //
+CREATE PROCEDURE pyqueue__claim_limited_write(
+    IN    in_queue      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_worker     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_secret     CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_now        DATETIME(6),
+    IN    in_until      DATETIME(6),
+    IN    in_kind       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN    in_free       LONGTEXT CHARACTER SET utf8mb4,
+    IN    in_unit_list  LONGTEXT CHARACTER SET utf8mb4,
+    IN    in_lim_ids    LONGTEXT CHARACTER SET utf8mb4,
+    IN    in_lim_atts   LONGTEXT CHARACTER SET utf8mb4,
+    IN    in_lused      INT,
+    INOUT io_ids        LONGTEXT CHARACTER SET utf8mb4,
+    INOUT io_count      INT)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_first, v_hi, v_lo2, v_hi2 INT;
+    DECLARE v_whole BOOLEAN DEFAULT FALSE;
+    DECLARE v_free, v_ucsv LONGTEXT CHARACTER SET utf8mb4;
+    IF io_count IS NOT NULL THEN
+        SET io_ids = CONCAT('[', io_ids, ']'), v_free = REPLACE(REPLACE(REPLACE(in_free, '[', ''), ']', ''), ' ', '');
+        UPDATE JSON_TABLE(io_ids, '$[*]' COLUMNS (c_id BIGINT PATH '$')) AS j
           STRAIGHT_JOIN pyqueue_message m FORCE INDEX (PRIMARY) ON m.id = j.c_id
-           SET m.scheduled_at = v_until, m.attempts = m.attempts + 1, m.reserved_by = in_worker,
+           SET m.scheduled_at = in_until, m.attempts = m.attempts + 1, m.reserved_by = in_worker,
                m.reserve_token = INSERT(INSERT(INSERT(INSERT(INSERT(INSERT(LEFT(SHA2(CONCAT(in_secret, m.id), 256), 32), 13, 1, '4'),
                    17, 1, SUBSTR('89ab89ab89ab89ab', CONV(SUBSTR(SHA2(CONCAT(in_secret, m.id), 256), 17, 1), 16, 10) + 1, 1)),
                    9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-');
-        IF ROW_COUNT() <> out_count THEN SET out_ids = NULL, out_count = NULL; END IF;  -- (never: the rows are locked)
-        IF out_count > 0 AND v_lused > 0 THEN  -- the limited kind's claims take the free slots, in order
+        IF ROW_COUNT() <> io_count THEN SET io_ids = NULL, io_count = NULL; END IF;  -- (never: the rows are locked)
+        IF io_count > 0 AND in_lused > 0 THEN  -- the limited kind's claims take the free slots, in order
             -- (the i-th claim, its attempts as locked + 1, the i-th free slot, v_free now a list of them: one table
             -- updated, no join, whose buffer of rows to update, keyed by the slot's long primary key, went to disk)
             UPDATE pyqueue_limit_slot s FORCE INDEX (PRIMARY)
-               SET s.msg_id = CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(v_lim_ids, ',', FIND_IN_SET(s.slot_no, v_free)), ',', -1) AS SIGNED),
-                   s.msg_attempts = CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(v_lim_atts, ',', FIND_IN_SET(s.slot_no, v_free)), ',', -1) AS SIGNED) + 1,
-                   s.msg_until = v_until
-             WHERE s.queue_name = in_queue AND s.p_kind = v_kind AND FIND_IN_SET(s.slot_no, v_free) BETWEEN 1 AND v_lused;
-            IF ROW_COUNT() <> v_lused THEN SET out_ids = NULL, out_count = NULL; END IF;  -- (never: slots locked)
+               SET s.msg_id = CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(in_lim_ids, ',', FIND_IN_SET(s.slot_no, v_free)), ',', -1) AS SIGNED),
+                   s.msg_attempts = CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(in_lim_atts, ',', FIND_IN_SET(s.slot_no, v_free)), ',', -1) AS SIGNED) + 1,
+                   s.msg_until = in_until
+             WHERE s.queue_name = in_queue AND s.p_kind = in_kind AND FIND_IN_SET(s.slot_no, v_free) BETWEEN 1 AND in_lused;
+            IF ROW_COUNT() <> in_lused THEN SET io_ids = NULL, io_count = NULL; END IF;  -- (never: slots locked)
         END IF;
-        IF out_count > 0 AND v_unit_list IS NOT NULL THEN  -- the units used, written with the reservation's time
+        IF io_count > 0 AND in_unit_list IS NOT NULL THEN  -- the units used, written with the reservation's time
             -- (by ranges of the primary key, the list a filter: joined to the list, the rows to update went to a temporary
             -- table keyed by the long primary key, on disk. The list ascends from the unit the session took last, then from
             -- the first: two ranges; a unit in one but not in the list is left as it is, at READ COMMITTED not waited for.)
-            SET v_ucsv = REPLACE(REPLACE(REPLACE(v_unit_list, '[', ''), ']', ''), ' ', ''), v_first = JSON_EXTRACT(v_unit_list, '$[0]');
+            SET v_ucsv = REPLACE(REPLACE(REPLACE(in_unit_list, '[', ''), ']', ''), ' ', ''), v_first = JSON_EXTRACT(in_unit_list, '$[0]');
             -- (v_whole: the ranges hold the units used and no other, as when none was skipped: no list to look up)
             SELECT MAX(IF(j.u >= v_first, j.u, NULL)), MIN(IF(j.u < v_first, j.u, NULL)), MAX(IF(j.u < v_first, j.u, NULL)),
                    COUNT(*) = MAX(IF(j.u >= v_first, j.u, NULL)) - v_first + 1
                               + COALESCE(MAX(IF(j.u < v_first, j.u, NULL)) - MIN(IF(j.u < v_first, j.u, NULL)) + 1, 0)
-              INTO v_hi, v_lo2, v_hi2, v_whole FROM JSON_TABLE(v_unit_list, '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
-             WHERE j.o <= out_count;
+              INTO v_hi, v_lo2, v_hi2, v_whole FROM JSON_TABLE(in_unit_list, '$[*]' COLUMNS (o FOR ORDINALITY, u INT PATH '$')) AS j
+             WHERE j.o <= io_count;
             UPDATE pyqueue_rate_slot s FORCE INDEX (PRIMARY)
-               SET s.used_at = v_now
+               SET s.used_at = in_now
              WHERE s.queue_name = in_queue AND s.p_kind = ''
                AND (s.slot_no BETWEEN v_first AND v_hi OR s.slot_no BETWEEN v_lo2 AND v_hi2)
-               AND (v_whole OR FIND_IN_SET(s.slot_no, v_ucsv) BETWEEN 1 AND out_count);
+               AND (v_whole OR FIND_IN_SET(s.slot_no, v_ucsv) BETWEEN 1 AND io_count);
         END IF;
     END IF;
 END //
