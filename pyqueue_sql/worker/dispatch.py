@@ -271,6 +271,8 @@ class ReserveLoop:
         # holdings until it returns; each counts the other's ask as held (free, limit_room), so
         # that together they never ask for more than the handlers and a limit's slots leave
         self.asking: dict[str, int] = {}
+        # all of them: one int, read at once (the dict may change while another thread sums it)
+        self.asked = 0
         self._asking_lock = threading.Lock()
 
     def dispatch_failed(self, exc: BaseException, backoff: float) -> float:
@@ -311,12 +313,7 @@ class ReserveLoop:
     def free(self) -> int:
         """How many more messages the worker may hold: its handlers and its prefetch (and, with
         max_jobs, no more than it has left to take)."""
-        free = (
-            self.settings.concurrency
-            + self.prefetch_now()
-            - len(self.worker._jobs())
-            - sum(self.asking.values())
-        )
+        free = self.settings.concurrency + self.prefetch_now() - len(self.worker._jobs()) - self.asked
         if self.settings.max_jobs is not None:
             free = min(free, self.settings.max_jobs - self.state.stats.reserved)
         return free
@@ -763,6 +760,7 @@ class ReserveLoop:
 
     def _ask(self, queue: str, n: int) -> None:
         with self._asking_lock:
+            self.asked += n
             left = self.asking.get(queue, 0) + n
             if left:
                 self.asking[queue] = left
