@@ -22,3 +22,23 @@ def mysql_sql(dsn):
     conn = pymysql.connect(**mysql_connect_args(dsn))
     yield lambda statement, *args: call(conn, statement, *args)
     conn.close()
+
+
+@pytest.fixture
+def conns(dsn):
+    """Opens autocommit PyMySQL connections to the test database on demand (`conns()` gives a new
+    one), for tests that race several sessions; closes them all at the end."""
+    import pymysql
+
+    from pyqueue_sql.dialects import mysql_connect_args
+
+    opened = []
+
+    def make():
+        conn = pymysql.connect(**mysql_connect_args(dsn))
+        opened.append(conn)
+        return conn
+
+    yield make
+    for conn in opened:
+        conn.close()

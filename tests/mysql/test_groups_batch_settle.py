@@ -10,29 +10,13 @@ from __future__ import annotations
 import json
 import uuid
 
-import pymysql
 import pytest
 
-from pyqueue_sql.dialects import mysql_connect_args
 from tests.plainsql import call
 
 pytestmark = pytest.mark.only_dialect("mysql")
 
 BLOCKED = "9999-12-31 23:59:59.999999"
-
-
-@pytest.fixture
-def conns(dsn):
-    opened = []
-
-    def make():
-        conn = pymysql.connect(**mysql_connect_args(dsn))
-        opened.append(conn)
-        return conn
-
-    yield make
-    for conn in opened:
-        conn.close()
 
 
 @pytest.fixture

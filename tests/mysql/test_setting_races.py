@@ -10,10 +10,8 @@ import threading
 import time
 import uuid
 
-import pymysql
 import pytest
 
-from pyqueue_sql.dialects import mysql_connect_args
 from tests.plainsql import call
 
 pytestmark = pytest.mark.only_dialect("mysql")
@@ -25,20 +23,6 @@ SETTINGS = {
     "group_limit": "CALL queue_set_group_limit(%s, NULL, 2)",
     "named_group_limit": "CALL queue_set_group_limit(%s, 'g', 2)",
 }
-
-
-@pytest.fixture
-def conns(dsn):
-    opened = []
-
-    def make():
-        conn = pymysql.connect(**mysql_connect_args(dsn))
-        opened.append(conn)
-        return conn
-
-    yield make
-    for conn in opened:
-        conn.close()
 
 
 def wait_until_blocked(observer, connection_id: int, seconds: float = 20.0) -> None:
