@@ -124,8 +124,10 @@ def test_every_mutant_still_finds_its_text_once():
     assert len(mutants.load(ROOT / "bench" / "mutants.jsonl")) > 100
 
 
-def test_a_suite_s_refusal_is_printed(tmp_path, capsys):
+def test_a_suite_s_refusal_is_printed(tmp_path, capsys, monkeypatch):
     """A suite that stops with a message (sys.exit(text)) prints it under the entry too."""
+    # the entry runs the suite as __main__ (runpy): a copy another test imported would be a second one
+    monkeypatch.delitem(sys.modules, "bench.mutants", raising=False)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"file": "sql/none.sql", "find": "x", "replace": "y"}\n')
     assert main(["mutants", "--file", str(bad)]) == 1
