@@ -28,20 +28,6 @@ def connect(dsn: str) -> pymysql.connections.Connection:
     return pymysql.connect(**mysql_connect_args(dsn))
 
 
-@pytest.fixture
-def conns(dsn):
-    opened = []
-
-    def make():
-        conn = connect(dsn)
-        opened.append(conn)
-        return conn
-
-    yield make
-    for conn in opened:
-        conn.close()
-
-
 def unique(prefix: str) -> str:
     return f"{prefix}.{uuid.uuid4().hex[:10]}"
 
